@@ -1,0 +1,36 @@
+/* Subcommands of the codecage CLI and the helpers they share. */
+#ifndef CODECAGE_CLI_CLI_H
+#define CODECAGE_CLI_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "codecage/codecage.h"
+
+/* Exit codes of `codecage run` besides the program's own (see docs/CLI.md). */
+enum {
+        EXIT_OUTPUT_LIMIT = 121,
+        EXIT_OOM = 122,
+        EXIT_CANCELLED = 123,
+        EXIT_TIMEOUT = 124,
+        EXIT_CODECAGE_FAILED = 125, /* usage error or internal error */
+        EXIT_CANNOT_EXECUTE = 126,
+        EXIT_NOT_FOUND = 127,
+};
+
+int cmd_run(int argc, char **argv);
+int cmd_doctor(int argc, char **argv);
+
+/* Value parsers: 0 on success, -EINVAL with a message naming the option and
+ * the allowed range in err otherwise. */
+int parse_u64_range(const char *opt, const char *s, uint64_t lo, uint64_t hi, uint64_t *ret,
+                    struct cage_error *err);
+int parse_seconds_ms(const char *opt, const char *s, uint64_t max_ms, uint64_t *ret,
+                     struct cage_error *err);
+int parse_double_range(const char *opt, const char *s, double lo, double hi, double *ret,
+                       struct cage_error *err);
+int parse_mount(const char *opt, char *s, bool writable, struct cage_mount *ret,
+                struct cage_error *err);
+int parse_debug_disable(const char *s, uint32_t *ret, struct cage_error *err);
+
+#endif

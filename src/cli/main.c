@@ -1,0 +1,58 @@
+/* codecage: run untrusted code in Linux sandboxes. This file only sets up
+ * the process (standard fds, SIGPIPE) and dispatches to a subcommand. */
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+static const struct {
+        const char *name;
+        int (*fn)(int argc, char **argv);
+        const char *help;
+} commands[] = {
+        {"run", cmd_run, "run a command in a fresh one-shot sandbox"},
+        {"doctor", cmd_doctor, "check what this host supports and how to fix what it lacks"},
+};
+
+static void usage(FILE *f)
+{
+        fprintf(f, "usage: codecage COMMAND [ARGS...]\n\ncommands:\n");
+        for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+                fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
+        fprintf(f, "\n`codecage COMMAND --help` describes each command.\n");
+}
+
+/* fds 0-2 must exist so no pipe or file we open lands on them. */
+static void ensure_std_fds(void)
+{
+        for (int fd = 0; fd < 3; fd++)
+                if (fcntl(fd, F_GETFD) < 0)
+                        open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+}
+
+int main(int argc, char **argv)
+{
+        ensure_std_fds();
+        signal(SIGPIPE, SIG_IGN);
+        if (argc < 2) {
+                usage(stderr);
+                return EXIT_CODECAGE_FAILED;
+        }
+        if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0) {
+                usage(stdout);
+                return 0;
+        }
+        if (strcmp(argv[1], "--version") == 0) {
+                printf("codecage %s\n", CODECAGE_VERSION);
+                return 0;
+        }
+        for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+                if (strcmp(argv[1], commands[i].name) == 0)
+                        return commands[i].fn(argc - 1, argv + 1);
+        fprintf(stderr, "codecage: unknown command \"%s\"\n", argv[1]);
+        usage(stderr);
+        return EXIT_CODECAGE_FAILED;
+}

@@ -1,0 +1,68 @@
+/* Control groups for one sandbox: limits (memory, cpu bandwidth, pids),
+ * accounting (cpu time, peak memory, OOM kills), kill-the-whole-tree and
+ * removal, with a cgroup v2 backend (production hosts) and a v1 backend
+ * (memory, pids, cpu, cpuacct and freezer hierarchies). With neither usable,
+ * cage_cgroup_create() returns a group of backend CGROUP_BACKEND_NONE and the
+ * caller falls back to rlimits (and says so). Nothing here is called from the
+ * sandboxed child; all functions run in the supervisor. */
+#ifndef CODECAGE_CORE_CGROUP_H
+#define CODECAGE_CORE_CGROUP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "codecage/codecage.h"
+
+enum cgroup_backend {
+        CGROUP_BACKEND_NONE,
+        CGROUP_BACKEND_V1,
+        CGROUP_BACKEND_V2,
+};
+
+const char *cgroup_backend_to_string(enum cgroup_backend b);
+
+struct cgroup_limits {
+        uint64_t memory_bytes; /* 0 = unlimited */
+        double cpus;           /* 0 = unlimited */
+        uint32_t pids;         /* 0 = unlimited */
+};
+
+struct cgroup_stats {
+        uint64_t cpu_usage_ns;
+        uint64_t peak_memory_bytes;
+        uint64_t oom_kills;
+};
+
+/* Where the hierarchies live; tests point these at fake trees. */
+struct cgroup_host {
+        enum cgroup_backend backend;
+        char v2_parent[256];  /* v2: directory under which sandboxes are made */
+        char v1_root[256];    /* v1: directory holding memory/, pids/, ... */
+        bool has_memory, has_pids, has_cpu, has_cpuacct, has_freezer;
+};
+
+/* Looks at the running host (honouring CODECAGE_CGROUP=v1|v2|none) and fills
+ * *ret. Prepares the parent group (creates "codecage" under it, enables the
+ * v2 controllers) so later creates are one mkdir each. */
+int cage_cgroup_host_detect(struct cgroup_host *ret, struct cage_error *err);
+
+struct cage_cgroup;
+
+/* Creates the group `name` (a short unique token) with the limits. */
+int cage_cgroup_create(const struct cgroup_host *host, const char *name,
+                       const struct cgroup_limits *limits, struct cage_cgroup **ret,
+                       struct cage_error *err);
+enum cgroup_backend cage_cgroup_backend(const struct cage_cgroup *cg);
+/* Moves pid into the group (every hierarchy for v1). */
+int cage_cgroup_attach(struct cage_cgroup *cg, pid_t pid, struct cage_error *err);
+/* Reads usage counters; fields a backend cannot tell are left 0. */
+int cage_cgroup_stats(struct cage_cgroup *cg, struct cgroup_stats *ret);
+/* Kills every process in the group and waits (bounded) until it is empty:
+ * v2 cgroup.kill, v1 freeze + SIGKILL each pid + thaw. */
+int cage_cgroup_kill(struct cage_cgroup *cg);
+/* Kills what is left, removes the group from every hierarchy and frees cg.
+ * Accepts NULL. Returns the first error but always frees. */
+int cage_cgroup_destroy(struct cage_cgroup *cg);
+
+#endif

@@ -1,0 +1,117 @@
+/* Pid 1 inside the sandbox. It starts the program, reaps every process that
+ * is re-parented to it, and when the program exits reports its wait status
+ * to the supervisor and exits — which makes the kernel kill everything
+ * still left in the pid namespace (background jobs, double-forked daemons).
+ *
+ * init was created by a raw clone of a possibly multi-threaded supervisor,
+ * so it never allocates and forks with a raw clone(2), not fork(3) (whose
+ * atfork handlers could wait on locks held by threads that no longer
+ * exist). It is non-dumpable and signals from inside the namespace cannot
+ * reach it (pid 1 ignores signals it has no handler for). */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "launch.h"
+#include "util/fdutil.h"
+
+static void send_report(const struct launch_plan *plan, int kind, int value, const char *step)
+{
+        struct child_report rep = {.kind = kind, .value = value};
+        if (step)
+                snprintf(rep.step, sizeof(rep.step), "%s", step);
+        (void)!write(plan->report_fd, &rep, sizeof(rep));
+}
+
+/* Moves fd to a number >= 3 so dup2() onto 0..2 cannot clobber another. */
+static int lift_fd(int fd)
+{
+        return fd < 3 ? fcntl(fd, F_DUPFD_CLOEXEC, 3) : fd;
+}
+
+static int setup_stdio(const struct launch_plan *plan)
+{
+        int in = lift_fd(plan->stdin_fd), out = lift_fd(plan->stdout_fd),
+            err = lift_fd(plan->stderr_fd);
+        if (in < 0 || out < 0 || err < 0)
+                return -errno;
+        if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
+                return -errno;
+        return 0;
+}
+
+static void reset_signals(void)
+{
+        sigset_t none;
+        sigemptyset(&none);
+        for (int sig = 1; sig < NSIG; sig++)
+                signal(sig, SIG_DFL);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+}
+
+/* execve along the sandbox's own PATH (execvpe would search ours). */
+static int exec_program(const struct launch_plan *plan)
+{
+        const char *file = plan->spec->argv[0];
+        if (strchr(file, '/')) {
+                execve(file, plan->spec->argv, plan->envp);
+                return -errno;
+        }
+        int saved = -ENOENT;
+        for (const char *p = plan->path_env; p && *p;) {
+                const char *end = strchrnul(p, ':');
+                char path[4096];
+                int n = snprintf(path, sizeof(path), "%.*s/%s", (int)(end - p), p, file);
+                if (n > 0 && (size_t)n < sizeof(path) && end > p) {
+                        execve(path, plan->spec->argv, plan->envp);
+                        if (errno != ENOENT && errno != ENOTDIR)
+                                saved = -errno;
+                }
+                p = *end ? end + 1 : end;
+        }
+        return saved;
+}
+
+static _Noreturn void program_main(const struct launch_plan *plan)
+{
+        reset_signals();
+        int r = setup_stdio(plan);
+        if (r < 0) {
+                send_report(plan, REPORT_SETUP_FAILED, -r, "stdio");
+                _exit(127);
+        }
+        if (chdir(plan->spec->workdir) < 0) {
+                send_report(plan, REPORT_EXEC_FAILED, errno, "chdir to workdir");
+                _exit(127);
+        }
+        r = exec_program(plan);
+        send_report(plan, REPORT_EXEC_FAILED, -r, "execve");
+        _exit(r == -ENOENT ? 127 : 126);
+}
+
+_Noreturn void init_run(const struct launch_plan *plan)
+{
+        pid_t program = (pid_t)syscall(SYS_clone, SIGCHLD, NULL, NULL, NULL, NULL);
+        if (program < 0)
+                child_fail(plan, "fork program", errno);
+        if (program == 0)
+                program_main(plan);
+        close(plan->stdin_fd);
+        close(plan->stdout_fd);
+        close(plan->stderr_fd);
+        for (;;) {
+                int status;
+                pid_t pid = waitpid(-1, &status, 0);
+                if (pid == program) {
+                        send_report(plan, REPORT_EXITED, status, NULL);
+                        _exit(0);
+                }
+                if (pid < 0 && errno != EINTR)
+                        child_fail(plan, "wait for program", errno);
+        }
+}

@@ -1,0 +1,85 @@
+/* The launch plan: everything the sandboxed child needs, computed by the
+ * supervisor before clone(). The child runs after a raw clone in a process
+ * that may have had other threads, so it must not allocate or take locks:
+ * it only reads this plan and makes system calls. */
+#ifndef CODECAGE_CORE_LAUNCH_H
+#define CODECAGE_CORE_LAUNCH_H
+
+#include <linux/filter.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "codecage/codecage.h"
+
+#define STAGING_ROOT "/tmp" /* where the new root is assembled, in the child's mount ns */
+#define ROOT_ENTRIES_MAX 64
+
+enum root_entry_kind {
+        ROOT_ENTRY_DIR_BIND,  /* read-only bind of a host directory */
+        ROOT_ENTRY_FILE_BIND, /* read-only bind of a host file */
+        ROOT_ENTRY_SYMLINK,   /* a symlink with the same target */
+        ROOT_ENTRY_FILE_DATA, /* a file written from memory */
+        ROOT_ENTRY_EMPTY_DIR, /* a directory */
+};
+
+/* One path of the new root, relative to it (e.g. "usr", "etc/passwd"). */
+struct root_entry {
+        enum root_entry_kind kind;
+        char path[128];
+        char source[256]; /* host path (binds) or link target (symlinks) */
+        const char *data; /* FILE_DATA contents */
+        size_t data_len;
+};
+
+struct launch_plan {
+        const struct cage_spec *spec;
+        bool privileged; /* root case: clear supplementary groups */
+        struct root_entry root[ROOT_ENTRIES_MAX];
+        size_t n_root;
+        bool scratch_workspace; /* /workspace on the scratch tmpfs (no user mount) */
+        char scratch_opts[64];  /* tmpfs options with size= for the scratch tmpfs */
+        char *const *envp;
+        bool envp_borrowed; /* envp is not ours to free */
+        const char *path_env; /* PATH value used to find argv[0] */
+        const struct sock_fprog *seccomp;
+        int stdin_fd, stdout_fd, stderr_fd; /* child ends */
+        int report_fd;                      /* child -> supervisor, close-on-exec */
+        int sync_fd;                        /* supervisor -> child: maps written */
+        uint32_t disable;                   /* enum cage_debug_disable */
+};
+
+/* Records the child sends on report_fd; each is one atomic pipe write. */
+enum report_kind {
+        REPORT_SETUP_FAILED = 1, /* value = errno; step names the launch step */
+        REPORT_EXEC_FAILED = 2,  /* value = errno of execve */
+        REPORT_EXITED = 3,       /* value = wait status of the program */
+        REPORT_STARTED = 4,      /* the program's pid inside (sent before exec) */
+};
+
+struct child_report {
+        int32_t kind;
+        int32_t value;
+        char step[120];
+};
+
+/* Child side; never returns. */
+_Noreturn void sandbox_child_main(const struct launch_plan *plan);
+
+/* Reports a failed step and exits; async-signal-safe. */
+_Noreturn void child_fail(const struct launch_plan *plan, const char *step, int err);
+
+/* rootfs.c: builds the new root under STAGING_ROOT and pivots into it. */
+int rootfs_open_sources(const struct launch_plan *plan, int *fds, const char **step);
+int rootfs_build(const struct launch_plan *plan, const int *fds, const char **step);
+int rootfs_pivot(const char **step);
+
+/* caps.c / rlimit.c */
+int caps_drop_all(void);
+int rlimits_apply(const struct launch_plan *plan, const char **step);
+
+/* init.c: pid 1 inside the sandbox: starts the program, reaps, reports. */
+_Noreturn void init_run(const struct launch_plan *plan);
+
+#endif

@@ -1,0 +1,13 @@
+/* Building the launch plan from a validated spec: the image's root entries,
+ * the sandbox environment (only what the spec names, over fixed defaults)
+ * and the scratch tmpfs options. Runs in the supervisor and may allocate;
+ * plan_free() releases what plan_build() allocated. */
+#ifndef CODECAGE_CORE_PLAN_H
+#define CODECAGE_CORE_PLAN_H
+
+#include "launch.h"
+
+int plan_build(struct launch_plan *plan, const struct cage_spec *spec, struct cage_error *err);
+void plan_free(struct launch_plan *plan);
+
+#endif

@@ -1,0 +1,362 @@
+/* The sandbox's filesystem, built inside the child's private mount
+ * namespace: a small tmpfs root holding read-only binds of the image's
+ * directories, synthetic /etc files, a fresh /proc with sensitive entries
+ * masked, a minimal /dev, and one sized "scratch" tmpfs that backs /tmp,
+ * /dev/shm and (for one-shot runs) /workspace, so disk_bytes caps them all.
+ * Then pivot_root into it and detach the old root.
+ *
+ * Runs in the child: no allocation, paths in stack buffers. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "launch.h"
+#include "util/cleanup.h"
+#include "util/fdutil.h"
+
+#define DEV_NODES_MAX 6
+static const char *const dev_nodes[DEV_NODES_MAX] = {"null",   "zero",    "full",
+                                                     "random", "urandom", "tty"};
+
+#define SOURCE_FDS_MAX          (ROOT_ENTRIES_MAX + CAGE_MOUNTS_MAX + DEV_NODES_MAX)
+#define FD_INDEX_MOUNT(plan, i) ((plan)->n_root + (i))
+#define FD_INDEX_DEV(plan, i)   ((plan)->n_root + CAGE_MOUNTS_MAX + (i))
+
+#define RO_FLAGS (MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+static int fd_path(int fd, char *buf, size_t size)
+{
+        return snprintf(buf, size, "/proc/self/fd/%d", fd) < (int)size ? 0 : -ENAMETOOLONG;
+}
+
+static int path_join(char *buf, size_t size, const char *dir, const char *name)
+{
+        int n = snprintf(buf, size, "%s/%s", dir, name);
+        return n < 0 || (size_t)n >= size ? -ENAMETOOLONG : 0;
+}
+
+static int staged(char *buf, size_t size, const char *rel)
+{
+        while (*rel == '/')
+                rel++;
+        return snprintf(buf, size, STAGING_ROOT "/%s", rel) < (int)size ? 0 : -ENAMETOOLONG;
+}
+
+/* Opens every bind source as an O_PATH fd. Called while the child still has
+ * its initial credentials, so sources the caller may read but the sandbox
+ * uid may not (e.g. under /root when run as root) can still be bound. */
+int rootfs_open_sources(const struct launch_plan *plan, int *fds, const char **step)
+{
+        for (size_t i = 0; i < SOURCE_FDS_MAX; i++)
+                fds[i] = -1;
+        for (size_t i = 0; i < plan->n_root; i++) {
+                const struct root_entry *e = &plan->root[i];
+                if (e->kind != ROOT_ENTRY_DIR_BIND && e->kind != ROOT_ENTRY_FILE_BIND)
+                        continue;
+                fds[i] = open(e->source, O_PATH | O_CLOEXEC | O_NOFOLLOW);
+                if (fds[i] < 0) {
+                        *step = "open image path";
+                        return -errno;
+                }
+        }
+        for (size_t i = 0; i < plan->spec->n_mounts; i++) {
+                int fd = open(plan->spec->mounts[i].source, O_PATH | O_CLOEXEC);
+                if (fd < 0) {
+                        *step = "open mount source";
+                        return -errno;
+                }
+                fds[FD_INDEX_MOUNT(plan, i)] = fd;
+        }
+        for (size_t i = 0; i < DEV_NODES_MAX; i++) {
+                char path[32];
+                snprintf(path, sizeof(path), "/dev/%s", dev_nodes[i]);
+                fds[FD_INDEX_DEV(plan, i)] = open(path, O_PATH | O_CLOEXEC);
+        }
+        return 0;
+}
+
+static int bind_fd(int fd, const char *target, unsigned long extra, bool recursive)
+{
+        char src[64];
+        int r = fd_path(fd, src, sizeof(src));
+        if (r < 0)
+                return r;
+        if (mount(src, target, NULL, MS_BIND | (recursive ? MS_REC : 0), NULL) < 0)
+                return -errno;
+        if (!extra)
+                return 0;
+        /* A bind cannot change flags in the same call; remount it. */
+        if (mount(NULL, target, NULL, MS_BIND | MS_REMOUNT | extra, NULL) < 0)
+                return -errno;
+        return 0;
+}
+
+static int make_file(const char *path, const char *data, size_t len, mode_t mode)
+{
+        int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
+        if (fd < 0)
+                return -errno;
+        int r = data ? write_all(fd, data, len) : 0;
+        close(fd);
+        return r;
+}
+
+static int build_entry(const struct root_entry *e, int fd)
+{
+        char dst[PATH_MAX];
+        int r = staged(dst, sizeof(dst), e->path);
+        if (r < 0)
+                return r;
+        switch (e->kind) {
+        case ROOT_ENTRY_DIR_BIND:
+                if (mkdir(dst, 0755) < 0 && errno != EEXIST)
+                        return -errno;
+                return bind_fd(fd, dst, RO_FLAGS, true);
+        case ROOT_ENTRY_FILE_BIND:
+                if ((r = make_file(dst, NULL, 0, 0644)) < 0)
+                        return r;
+                return bind_fd(fd, dst, RO_FLAGS, false);
+        case ROOT_ENTRY_SYMLINK:
+                return symlink(e->source, dst) < 0 ? -errno : 0;
+        case ROOT_ENTRY_FILE_DATA:
+                return make_file(dst, e->data, e->data_len, 0644);
+        case ROOT_ENTRY_EMPTY_DIR:
+                return mkdir(dst, 0755) < 0 && errno != EEXIST ? -errno : 0;
+        }
+        return -EINVAL;
+}
+
+static const char *const proc_masked_files[] = {
+        "kcore",         "keys",     "key-users",  "timer_list",  "sched_debug",
+        "latency_stats", "kmsg",     "kpagecount", "kpageflags",  "kpagecgroup",
+        "sysrq-trigger", "kallsyms", "config.gz",  "vmallocinfo", "pagetypeinfo",
+};
+static const char *const proc_readonly_dirs[] = {"sys", "bus", "fs", "irq"};
+static const char *const proc_hidden_dirs[] = {"acpi", "scsi", "asound", "firmware", "driver"};
+
+#define PROC_FLAGS (MS_NOSUID | MS_NODEV | MS_NOEXEC)
+
+static int mask_proc(const char *proc, int null_fd)
+{
+        char p[PATH_MAX];
+        int r;
+        for (size_t i = 0; i < ELEMENTSOF(proc_masked_files); i++) {
+                if (path_join(p, sizeof(p), proc, proc_masked_files[i]) < 0)
+                        return -ENAMETOOLONG;
+                r = bind_fd(null_fd, p, 0, false);
+                if (r < 0 && r != -ENOENT)
+                        return r;
+        }
+        for (size_t i = 0; i < ELEMENTSOF(proc_readonly_dirs); i++) {
+                if (path_join(p, sizeof(p), proc, proc_readonly_dirs[i]) < 0)
+                        return -ENAMETOOLONG;
+                if (mount(p, p, NULL, MS_BIND | MS_REC, NULL) < 0) {
+                        if (errno == ENOENT)
+                                continue;
+                        return -errno;
+                }
+                if (mount(NULL, p, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | PROC_FLAGS, NULL) < 0)
+                        return -errno;
+        }
+        for (size_t i = 0; i < ELEMENTSOF(proc_hidden_dirs); i++) {
+                if (path_join(p, sizeof(p), proc, proc_hidden_dirs[i]) < 0)
+                        return -ENAMETOOLONG;
+                if (mount("tmpfs", p, "tmpfs", MS_RDONLY | PROC_FLAGS, "size=0,mode=0555") < 0 &&
+                    errno != ENOENT)
+                        return -errno;
+        }
+        return 0;
+}
+
+static int build_proc(const struct launch_plan *plan, const int *fds, const char **step)
+{
+        char proc[PATH_MAX];
+        staged(proc, sizeof(proc), "proc");
+        *step = "mount /proc";
+        if (mkdir(proc, 0555) < 0 && errno != EEXIST)
+                return -errno;
+        /* A fresh procfs shows only this pid namespace. */
+        if (mount("proc", proc, "proc", PROC_FLAGS, NULL) < 0)
+                return -errno;
+        if (plan->disable & CAGE_DEBUG_NO_PROC_MASK)
+                return 0;
+        *step = "mask /proc entries";
+        return mask_proc(proc, fds[FD_INDEX_DEV(plan, 0)]);
+}
+
+static const char *const dev_links[][2] = {
+        {"fd", "/proc/self/fd"},       {"stdin", "/proc/self/fd/0"}, {"stdout", "/proc/self/fd/1"},
+        {"stderr", "/proc/self/fd/2"}, {"ptmx", "pts/ptmx"},
+};
+
+static int build_dev(const struct launch_plan *plan, const int *fds, const char **step)
+{
+        char dev[PATH_MAX], p[PATH_MAX];
+        staged(dev, sizeof(dev), "dev");
+        *step = "mount /dev";
+        if (mkdir(dev, 0755) < 0 && errno != EEXIST)
+                return -errno;
+        if (mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,mode=0755") < 0)
+                return -errno;
+        *step = "bind device nodes";
+        for (size_t i = 0; i < DEV_NODES_MAX; i++) {
+                int fd = fds[FD_INDEX_DEV(plan, i)];
+                if (fd < 0)
+                        continue;
+                if (path_join(p, sizeof(p), dev, dev_nodes[i]) < 0)
+                        return -ENAMETOOLONG;
+                int r = make_file(p, NULL, 0, 0666);
+                if (r == 0)
+                        r = bind_fd(fd, p, 0, false);
+                if (r < 0)
+                        return r;
+        }
+        *step = "populate /dev";
+        for (size_t i = 0; i < ELEMENTSOF(dev_links); i++) {
+                if (path_join(p, sizeof(p), dev, dev_links[i][0]) < 0)
+                        return -ENAMETOOLONG;
+                if (symlink(dev_links[i][1], p) < 0)
+                        return -errno;
+        }
+        if (path_join(p, sizeof(p), dev, "pts") < 0)
+                return -ENAMETOOLONG;
+        if (mkdir(p, 0755) < 0)
+                return -errno;
+        *step = "mount /dev/pts";
+        /* A private devpts instance: no access to the host's terminals. */
+        if (mount("devpts", p, "devpts", MS_NOSUID | MS_NOEXEC,
+                  "newinstance,ptmxmode=0666,mode=0620") < 0)
+                return -errno;
+        if (path_join(p, sizeof(p), dev, "shm") < 0)
+                return -ENAMETOOLONG;
+        return mkdir(p, 01777) < 0 ? -errno : 0;
+}
+
+/* One tmpfs sized by disk_bytes behind /tmp, /dev/shm and /workspace. */
+static int build_scratch(const struct launch_plan *plan, const char **step)
+{
+        static const char *const dirs[][2] = {
+                {"tmp", "tmp"}, {"shm", "dev/shm"}, {"workspace", "workspace"}};
+        char scratch[PATH_MAX], src[PATH_MAX], dst[PATH_MAX];
+        staged(scratch, sizeof(scratch), ".scratch");
+        *step = "mount scratch tmpfs";
+        if (mkdir(scratch, 0700) < 0)
+                return -errno;
+        if (mount("tmpfs", scratch, "tmpfs", MS_NOSUID | MS_NODEV, plan->scratch_opts) < 0)
+                return -errno;
+        *step = "bind /tmp, /dev/shm, /workspace";
+        for (size_t i = 0; i < ELEMENTSOF(dirs); i++) {
+                bool is_ws = strcmp(dirs[i][0], "workspace") == 0;
+                if (is_ws && !plan->scratch_workspace)
+                        continue;
+                if (path_join(src, sizeof(src), scratch, dirs[i][0]) < 0)
+                        return -ENAMETOOLONG;
+                staged(dst, sizeof(dst), dirs[i][1]);
+                if (mkdir(src, is_ws ? 0755 : 01777) < 0 || chmod(src, is_ws ? 0755 : 01777) < 0)
+                        return -errno;
+                if (mkdir(dst, 0755) < 0 && errno != EEXIST)
+                        return -errno;
+                if (mount(src, dst, NULL, MS_BIND, NULL) < 0)
+                        return -errno;
+        }
+        if (plan->scratch_workspace) {
+                snprintf(dst, sizeof(dst), STAGING_ROOT "/workspace/output");
+                if (mkdir(dst, 0755) < 0)
+                        return -errno;
+        }
+        /* The binds keep the tmpfs alive; its staging mount point goes. */
+        if (umount2(scratch, MNT_DETACH) < 0 || rmdir(scratch) < 0)
+                return -errno;
+        return 0;
+}
+
+/* Creates the mount point (and its parents) inside the staging root. */
+static int mkdir_parents(const char *path, bool last_is_dir)
+{
+        char p[PATH_MAX];
+        size_t base = strlen(STAGING_ROOT) + 1;
+        if (strlen(path) >= sizeof(p))
+                return -ENAMETOOLONG;
+        strcpy(p, path);
+        for (char *s = p + base; (s = strchr(s, '/')); s++) {
+                *s = '\0';
+                if (mkdir(p, 0755) < 0 && errno != EEXIST)
+                        return -errno;
+                *s = '/';
+        }
+        if (last_is_dir)
+                return mkdir(p, 0755) < 0 && errno != EEXIST ? -errno : 0;
+        int fd = open(p, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+        if (fd < 0)
+                return -errno;
+        close(fd);
+        return 0;
+}
+
+static int build_user_mounts(const struct launch_plan *plan, const int *fds, const char **step)
+{
+        for (size_t i = 0; i < plan->spec->n_mounts; i++) {
+                const struct cage_mount *m = &plan->spec->mounts[i];
+                int fd = fds[FD_INDEX_MOUNT(plan, i)];
+                struct stat st;
+                char dst[PATH_MAX];
+                *step = "user mount";
+                if (fstat(fd, &st) < 0)
+                        return -errno;
+                int r = staged(dst, sizeof(dst), m->target);
+                if (r == 0)
+                        r = mkdir_parents(dst, S_ISDIR(st.st_mode));
+                if (r == 0)
+                        r = bind_fd(fd, dst, MS_NOSUID | MS_NODEV | (m->writable ? 0 : MS_RDONLY),
+                                    true);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+int rootfs_build(const struct launch_plan *plan, const int *fds, const char **step)
+{
+        int r;
+        *step = "make mounts private";
+        /* Before any other mount: nothing we mount may propagate to the host. */
+        if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+                return -errno;
+        *step = "mount root tmpfs";
+        if (mount("tmpfs", STAGING_ROOT, "tmpfs", MS_NOSUID | MS_NODEV, "size=8m,mode=0755") < 0)
+                return -errno;
+        for (size_t i = 0; i < plan->n_root; i++) {
+                *step = "populate root";
+                if ((r = build_entry(&plan->root[i], fds[i])) < 0)
+                        return r;
+        }
+        if ((r = build_proc(plan, fds, step)) < 0 || (r = build_dev(plan, fds, step)) < 0 ||
+            (r = build_scratch(plan, step)) < 0 || (r = build_user_mounts(plan, fds, step)) < 0)
+                return r;
+        *step = "remount root read-only";
+        /* Last: every mount point exists now, and nothing may add more. */
+        if (mount(NULL, STAGING_ROOT, NULL, MS_REMOUNT | RO_FLAGS, "size=8m,mode=0755") < 0)
+                return -errno;
+        return 0;
+}
+
+int rootfs_pivot(const char **step)
+{
+        *step = "pivot_root";
+        if (chdir(STAGING_ROOT) < 0)
+                return -errno;
+        /* pivot_root(".", ".") stacks the old root under the new one; the
+         * detach then removes every host mount from this namespace. */
+        if (syscall(SYS_pivot_root, ".", ".") < 0)
+                return -errno;
+        *step = "detach old root";
+        if (umount2(".", MNT_DETACH) < 0)
+                return -errno;
+        return chdir("/") < 0 ? -errno : 0;
+}

@@ -1,0 +1,164 @@
+/* The containment pipeline. sandbox_clone() creates the child in new user,
+ * pid, mount, net, ipc and uts namespaces; sandbox_child_main() then applies
+ * every containment step in order, on one screen, each with a why where the
+ * order matters. A failing step is reported to the supervisor over the
+ * close-on-exec report pipe as (step, errno) and the child exits, so
+ * launcher failures are never mistaken for the program's own. */
+#include <errno.h>
+#include <grp.h>
+#include <linux/sched.h>
+#include <net/if.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "launch.h"
+#include "sandbox.h"
+#include "seccomp.h"
+#include "spec.h"
+#include "util/cleanup.h"
+#include "util/fdutil.h"
+
+_Noreturn void child_fail(const struct launch_plan *plan, const char *step, int err)
+{
+        struct child_report rep = {.kind = REPORT_SETUP_FAILED, .value = err};
+        snprintf(rep.step, sizeof(rep.step), "%s", step);
+        (void)!write(plan->report_fd, &rep, sizeof(rep));
+        _exit(125);
+}
+
+static void close_inherited_fds(const struct launch_plan *plan)
+{
+        const int keep[] = {plan->stdin_fd, plan->stdout_fd, plan->stderr_fd, plan->report_fd,
+                            plan->sync_fd};
+        if (!(plan->disable & CAGE_DEBUG_KEEP_FDS) && close_fds_from(3, keep, ELEMENTSOF(keep)) < 0)
+                child_fail(plan, "close inherited fds", errno);
+}
+
+static void wait_for_supervisor(const struct launch_plan *plan)
+{
+        char go;
+        ssize_t n;
+        do
+                n = read(plan->sync_fd, &go, 1);
+        while (n < 0 && errno == EINTR);
+        if (n != 1)
+                _exit(125); /* the supervisor is gone: nothing to report to */
+        close(plan->sync_fd);
+}
+
+static void become_sandbox_user(const struct launch_plan *plan)
+{
+        /* Root's supplementary groups would still grant host group access. */
+        if (plan->privileged && setgroups(0, NULL) < 0)
+                child_fail(plan, "setgroups", errno);
+        if (setresgid(SANDBOX_GID, SANDBOX_GID, SANDBOX_GID) < 0)
+                child_fail(plan, "setresgid", errno);
+        if (setresuid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID) < 0)
+                child_fail(plan, "setresuid", errno);
+}
+
+static void bring_up_loopback(const struct launch_plan *plan)
+{
+        _cleanup_close_ int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        struct ifreq ifr = {0};
+        snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "lo");
+        if (fd < 0 || ioctl(fd, SIOCGIFFLAGS, &ifr) < 0)
+                child_fail(plan, "loopback flags", errno);
+        ifr.ifr_flags |= IFF_UP;
+        if (ioctl(fd, SIOCSIFFLAGS, &ifr) < 0)
+                child_fail(plan, "loopback up", errno);
+}
+
+static void close_source_fds(int *fds, size_t n)
+{
+        for (size_t i = 0; i < n; i++)
+                if (fds[i] >= 0)
+                        close(fds[i]);
+}
+
+_Noreturn void sandbox_child_main(const struct launch_plan *plan)
+{
+        const char *step = "";
+        int fds[ROOT_ENTRIES_MAX + CAGE_MOUNTS_MAX + 8];
+        int r;
+
+        /* Die with the supervisor; re-armed below, credential changes clear it. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        close_inherited_fds(plan);
+        /* The supervisor writes our id maps and puts us in our cgroup first. */
+        wait_for_supervisor(plan);
+        /* After joining the cgroup: the new cgroup namespace is rooted at it. */
+        if (unshare(CLONE_NEWCGROUP) < 0)
+                child_fail(plan, "unshare cgroup namespace", errno);
+        /* With the initial credentials, which may read what the sandbox uid cannot. */
+        if ((r = rootfs_open_sources(plan, fds, &step)) < 0)
+                child_fail(plan, step, -r);
+        /* After the maps exist and before creating files on new tmpfs mounts,
+         * which need a mapped fsuid (EOVERFLOW otherwise). */
+        become_sandbox_user(plan);
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if ((r = rootfs_build(plan, fds, &step)) < 0)
+                child_fail(plan, step, -r);
+        if ((r = rootfs_pivot(&step)) < 0)
+                child_fail(plan, step, -r);
+        /* O_PATH fds to host directories would let a process fchdir out. */
+        close_source_fds(fds, ELEMENTSOF(fds));
+        if (sethostname("codecage", 8) < 0)
+                child_fail(plan, "sethostname", errno);
+        if (!(plan->disable & CAGE_DEBUG_NO_NETNS))
+                bring_up_loopback(plan);
+        /* No controlling terminal: the program cannot signal or inject into ours. */
+        if (!(plan->disable & CAGE_DEBUG_NO_SETSID) && setsid() < 0)
+                child_fail(plan, "setsid", errno);
+        if ((r = rlimits_apply(plan, &step)) < 0)
+                child_fail(plan, step, -r);
+        /* After every step that needs a capability (mounts, hostname, lo). */
+        if (!(plan->disable & CAGE_DEBUG_NO_CAPS_DROP) && (r = caps_drop_all()) < 0)
+                child_fail(plan, "drop capabilities", -r);
+        /* init keeps the supervisor's memory image: nobody may ptrace or read it. */
+        if (prctl(PR_SET_DUMPABLE, 0) < 0)
+                child_fail(plan, "set non-dumpable", errno);
+        /* Before seccomp (required without CAP_SYS_ADMIN) and before exec. */
+        if (!(plan->disable & CAGE_DEBUG_NO_NO_NEW_PRIVS) &&
+            prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+                child_fail(plan, "no_new_privs", errno);
+        /* Last, so every step above could use the syscalls it denies. */
+        if (!(plan->disable & CAGE_DEBUG_NO_SECCOMP) &&
+            (r = cage_seccomp_install(plan->seccomp)) < 0)
+                child_fail(plan, "install seccomp filter", -r);
+        init_run(plan);
+}
+
+static unsigned long long namespace_flags(uint32_t disable)
+{
+        unsigned long long flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS;
+        if (!(disable & CAGE_DEBUG_NO_PIDNS))
+                flags |= CLONE_NEWPID;
+        if (!(disable & CAGE_DEBUG_NO_NETNS))
+                flags |= CLONE_NEWNET;
+        return flags;
+}
+
+pid_t sandbox_clone(const struct launch_plan *plan, int *ret_pidfd)
+{
+        int pidfd = -1;
+        struct clone_args args = {
+                .flags = namespace_flags(plan->disable) | CLONE_PIDFD,
+                .pidfd = (uint64_t)(uintptr_t)&pidfd,
+                .exit_signal = SIGCHLD,
+        };
+        long pid = syscall(SYS_clone3, &args, sizeof(args));
+        if (pid < 0)
+                return -errno;
+        if (pid == 0)
+                sandbox_child_main(plan);
+        *ret_pidfd = pidfd;
+        return (pid_t)pid;
+}

@@ -1,0 +1,30 @@
+/* User namespace identity: which host uid/gid a sandbox's user maps to, and
+ * writing the maps. As root every concurrent sandbox gets a distinct host uid
+ * from a reserved range (a "slot", held by an flock'ed file for the life of
+ * the sandbox, so a crash frees it); otherwise the caller's own uid is used,
+ * as bubblewrap does. Inside, the program always runs as SANDBOX_UID. */
+#ifndef CODECAGE_CORE_USERNS_H
+#define CODECAGE_CORE_USERNS_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "codecage/codecage.h"
+
+#define UID_SLOT_BASE 0x60000000u /* 1610612736: far above any real user */
+#define UID_SLOT_COUNT 65536u
+#define UID_SLOT_DIR "/run/codecage/uid-slots"
+
+struct id_slot {
+        bool privileged; /* we are root: maps may name any host uid */
+        uid_t host_uid;
+        gid_t host_gid;
+        int lock_fd; /* holds the slot; -1 when not privileged */
+};
+
+int cage_id_slot_acquire(struct id_slot *ret, struct cage_error *err);
+void cage_id_slot_release(struct id_slot *slot);
+/* Writes setgroups/uid_map/gid_map of pid's user namespace. */
+int cage_userns_write_maps(pid_t pid, const struct id_slot *slot, struct cage_error *err);
+
+#endif

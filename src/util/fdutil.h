@@ -1,0 +1,24 @@
+/* File-descriptor helpers: full reads/writes that retry on EINTR, closing
+ * every inherited fd, and small file writes used on hot paths (no stdio). */
+#ifndef CODECAGE_UTIL_FDUTIL_H
+#define CODECAGE_UTIL_FDUTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+/* Writes all of buf; returns 0 or -errno. */
+int write_all(int fd, const void *buf, size_t len);
+/* Reads up to len bytes, retrying short reads until EOF; returns bytes read
+ * or -errno. */
+ssize_t read_full(int fd, void *buf, size_t len);
+/* open(path, O_WRONLY|O_CLOEXEC) + write_all + close; 0 or -errno. */
+int write_file_at(int dirfd, const char *path, const char *content);
+/* Reads a small file into buf (NUL-terminated, truncated to size-1). */
+ssize_t read_file_at(int dirfd, const char *path, char *buf, size_t size);
+/* Closes every fd >= lowfd except those in keep[] (sorted or not). */
+int close_fds_from(int lowfd, const int *keep, size_t n_keep);
+int fd_set_cloexec(int fd, bool on);
+int fd_set_nonblock(int fd, bool on);
+
+#endif
