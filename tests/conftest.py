@@ -94,8 +94,8 @@ def leftover_cgroups():
     """Sandbox cgroups still present on the host (must be none after a run)."""
     found = []
     for root in Path("/sys/fs/cgroup").glob("*/codecage"):
-        found += [p for p in root.iterdir() if p.is_dir()]
+        found += [p for p in root.iterdir() if p.is_dir() and p.name.startswith("run-")]
     unified = Path("/sys/fs/cgroup/codecage")
     if unified.is_dir():
-        found += [p for p in unified.iterdir() if p.is_dir()]
+        found += [p for p in unified.iterdir() if p.is_dir() and p.name.startswith("run-")]
     return found

@@ -73,6 +73,7 @@ struct cage_spec {
         uint32_t nofile;        /* RLIMIT_NOFILE */
         int stdin_fd;           /* -1: /dev/null */
         uint32_t debug_disable; /* enum cage_debug_disable; tests only */
+        const char *debug_fail_step; /* unsafe_debug builds: make this launch step fail */
 };
 
 enum cage_status {

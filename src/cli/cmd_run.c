@@ -37,6 +37,7 @@ enum run_opt {
         OPT_STDIN,
         OPT_JSON,
         OPT_DEBUG_DISABLE,
+        OPT_DEBUG_FAIL_STEP,
         OPT_HELP,
 };
 
@@ -65,6 +66,7 @@ static const struct run_option {
         {"json", OPT_JSON, NULL, "print the result contract as JSON instead of the program's output"},
 #ifdef CODECAGE_UNSAFE_DEBUG
         {"debug-disable", OPT_DEBUG_DISABLE, "LIST", "UNSAFE test build only: switch protections off"},
+        {"debug-fail-step", OPT_DEBUG_FAIL_STEP, "STEP", "UNSAFE test build only: make a launch step fail"},
 #endif
         {"help", OPT_HELP, NULL, "show this help"},
 };
@@ -201,6 +203,9 @@ static int apply_option(struct run_args *a, int id, char *v, struct cage_error *
                 return 0;
         case OPT_DEBUG_DISABLE:
                 return parse_debug_disable(v, &a->spec.debug_disable, err);
+        case OPT_DEBUG_FAIL_STEP:
+                a->spec.debug_fail_step = v;
+                return 0;
         }
         return apply_limit_option(a, id, v, err);
 }

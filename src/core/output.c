@@ -13,7 +13,10 @@
  * U+FFFD. Every input byte thus produces at most 3 output bytes, which is
  * what the buffer sizes below rely on. Printable ASCII is copied in runs
  * found a word at a time; only control bytes and non-ASCII take the slow
- * path. */
+ * path.
+ *
+ * Errors are -ENOMEM only. A failed feed stores and counts nothing; a failed
+ * finish leaves the capture as it was, so it can be retried or freed. */
 #include "core/output.h"
 
 #include <errno.h>
@@ -22,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define GROW_MIN 256
+#define GROW_MIN   256
 #define MARKER_MAX 64
 
 enum {

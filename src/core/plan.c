@@ -239,6 +239,27 @@ static bool spec_mounts_workspace(const struct cage_spec *spec)
         return false;
 }
 
+/* A missing mount source or image is the caller's mistake: say so before
+ * launching, as an invalid request rather than an internal error. */
+int plan_check_inputs(const struct cage_spec *spec, struct cage_error *err)
+{
+        struct stat st;
+        if (strcmp(spec->image, "host") != 0 &&
+            (stat(spec->image, &st) < 0 || !S_ISDIR(st.st_mode)))
+                return cage_fail(err, -ENOTDIR, "image: \"%s\" is not a directory", spec->image);
+        for (size_t i = 0; i < spec->n_mounts; i++) {
+                if (stat(spec->mounts[i].source, &st) < 0)
+                        return cage_fail(err, -errno, "mounts[%zu].source \"%s\"", i,
+                                         spec->mounts[i].source);
+                if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode))
+                        return cage_fail(err, -EINVAL,
+                                         "mounts[%zu].source \"%s\": only directories and regular "
+                                         "files can be mounted",
+                                         i, spec->mounts[i].source);
+        }
+        return 0;
+}
+
 int plan_build(struct launch_plan *plan, const struct cage_spec *spec, struct cage_error *err)
 {
         int r;

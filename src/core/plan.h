@@ -7,6 +7,8 @@
 
 #include "launch.h"
 
+/* Checks the host paths a spec names (image, mount sources). */
+int plan_check_inputs(const struct cage_spec *spec, struct cage_error *err);
 int plan_build(struct launch_plan *plan, const struct cage_spec *spec, struct cage_error *err);
 void plan_free(struct launch_plan *plan);
 

@@ -1,7 +1,7 @@
 /* Resource limits set in the child before exec. They back up the cgroup
  * limits (and replace them when no cgroup backend is usable): open files,
- * processes (counted per user namespace on current kernels), file size,
- * CPU seconds per process, no core dumps, no locked memory. */
+ * processes (counted per user namespace on current kernels), CPU seconds per process, no core dumps, no locked memory. File size is left to the
+ * scratch tmpfs size, so a full disk is ENOSPC rather than SIGXFSZ. */
 #include <errno.h>
 #include <sys/resource.h>
 
@@ -27,9 +27,6 @@ int rlimits_apply(const struct launch_plan *plan, const char **step)
                 return r;
         *step = "rlimit nproc";
         if ((r = set_limit(RLIMIT_NPROC, s->pids)) < 0)
-                return r;
-        *step = "rlimit fsize";
-        if ((r = set_limit(RLIMIT_FSIZE, s->disk_bytes)) < 0)
                 return r;
         *step = "rlimit memlock";
         if ((r = set_limit(RLIMIT_MEMLOCK, 64 * 1024)) < 0)

@@ -83,6 +83,15 @@ static void close_source_fds(int *fds, size_t n)
                         close(fds[i]);
 }
 
+/* Fault injection (unsafe_debug builds only, refused by validation
+ * otherwise): lets tests drive the internal_error path of a named step. */
+static void fault_point(const struct launch_plan *plan, const char *step)
+{
+        const char *want = plan->spec->debug_fail_step;
+        if (want && strcmp(want, step) == 0)
+                child_fail(plan, step, EIO);
+}
+
 _Noreturn void sandbox_child_main(const struct launch_plan *plan)
 {
         const char *step = "";
@@ -106,6 +115,7 @@ _Noreturn void sandbox_child_main(const struct launch_plan *plan)
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         if ((r = rootfs_build(plan, fds, &step)) < 0)
                 child_fail(plan, step, -r);
+        fault_point(plan, "pivot_root");
         if ((r = rootfs_pivot(&step)) < 0)
                 child_fail(plan, step, -r);
         /* O_PATH fds to host directories would let a process fchdir out. */
@@ -130,6 +140,7 @@ _Noreturn void sandbox_child_main(const struct launch_plan *plan)
             prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
                 child_fail(plan, "no_new_privs", errno);
         /* Last, so every step above could use the syscalls it denies. */
+        fault_point(plan, "install seccomp filter");
         if (!(plan->disable & CAGE_DEBUG_NO_SECCOMP) &&
             (r = cage_seccomp_install(plan->seccomp)) < 0)
                 child_fail(plan, "install seccomp filter", -r);

@@ -142,7 +142,7 @@ static int validate_debug(const struct cage_spec *s, struct cage_error *err)
         (void)err;
         return 0;
 #else
-        if (s->debug_disable)
+        if (s->debug_disable || s->debug_fail_step)
                 return cage_fail(err, -EINVAL,
                                  "debug_disable: protections can only be switched off in a "
                                  "build made with -Dunsafe_debug=true");

@@ -490,6 +490,8 @@ int cage_run(const struct cage_spec *spec, const struct cage_run_options *opts,
         memset(res, 0, sizeof(*res));
         uint64_t t0 = now_ns();
         int r = cage_spec_validate(spec, err);
+        if (r == 0)
+                r = plan_check_inputs(spec, err);
         if (r < 0)
                 return r;
         struct cage_error launch_err = {0};

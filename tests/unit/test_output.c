@@ -412,7 +412,8 @@ TEST(capture_sanitises_head_and_tail)
                           "TAIL\x1b[0m";
         struct cage_stream s = capture(16, in, sizeof(in) - 1, 5);
 
-        CHECK_STREQ(s.data, "\xe2\x90\x9b[1mHEAD\n[... 16 bytes truncated ...]\nTAIL\xe2\x90\x9b[0m");
+        CHECK_STREQ(s.data,
+                    "\xe2\x90\x9b[1mHEAD\n[... 16 bytes truncated ...]\nTAIL\xe2\x90\x9b[0m");
         CHECK(s.kept == 16);
         CHECK(s.len == strlen(s.data));
         free(s.data);
@@ -423,12 +424,12 @@ TEST(invalid_bytes_become_replacement)
         CHECK_SANITIZED("a\xff"
                         "b",
                         "a" FFFD "b");
-        CHECK_SANITIZED("\xc0\xaf", FFFD FFFD);             /* overlong '/' */
-        CHECK_SANITIZED("\xe0\x80\xaf", FFFD FFFD FFFD);    /* overlong */
-        CHECK_SANITIZED("\xed\xa0\x80", FFFD FFFD FFFD);    /* surrogate */
+        CHECK_SANITIZED("\xc0\xaf", FFFD FFFD);                   /* overlong '/' */
+        CHECK_SANITIZED("\xe0\x80\xaf", FFFD FFFD FFFD);          /* overlong */
+        CHECK_SANITIZED("\xed\xa0\x80", FFFD FFFD FFFD);          /* surrogate */
         CHECK_SANITIZED("\xf4\x90\x80\x80", FFFD FFFD FFFD FFFD); /* > U+10FFFF */
         CHECK_SANITIZED("\xf5\x80", FFFD FFFD);
-        CHECK_SANITIZED("\xe2\x82", FFFD);                  /* cut at the end */
+        CHECK_SANITIZED("\xe2\x82", FFFD); /* cut at the end */
         CHECK_SANITIZED("\xe2\x82X", FFFD "X");
         CHECK_SANITIZED("\xf0\x9f\x98"
                         "A",
@@ -613,12 +614,12 @@ TEST(stream_matches_whole_buffer)
 
 RUN_TESTS(T(small_output_kept_whole), T(empty_output), T(cap_boundary_exact),
           T(cap_boundary_plus_one), T(odd_cap_splits_head_and_tail), T(head_tail_marker_byte_feeds),
-          T(head_ending_in_newline), T(tail_ring_wraps_many_small_feeds), T(tail_ring_varying_feeds),
-          T(one_huge_feed), T(huge_feed_after_partial_tail), T(memory_grows_with_data),
-          T(keep_everything_large), T(cap_zero_counts_only), T(cap_one_keeps_last_byte),
-          T(reuse_after_finish), T(cut_drops_split_characters), T(cut_splits_emoji_every_way),
-          T(cut_keeps_invalid_bytes_visible), T(capture_sanitises_head_and_tail),
-          T(invalid_bytes_become_replacement), T(valid_utf8_kept), T(controls_neutralised),
-          T(tab_newline_cr_kept), T(nul_bytes), T(controls_at_every_word_offset),
-          T(empty_input_sanitised), T(stream_emoji_split_in_four), T(stream_flush_pending),
-          T(stream_matches_whole_buffer))
+          T(head_ending_in_newline), T(tail_ring_wraps_many_small_feeds),
+          T(tail_ring_varying_feeds), T(one_huge_feed), T(huge_feed_after_partial_tail),
+          T(memory_grows_with_data), T(keep_everything_large), T(cap_zero_counts_only),
+          T(cap_one_keeps_last_byte), T(reuse_after_finish), T(cut_drops_split_characters),
+          T(cut_splits_emoji_every_way), T(cut_keeps_invalid_bytes_visible),
+          T(capture_sanitises_head_and_tail), T(invalid_bytes_become_replacement),
+          T(valid_utf8_kept), T(controls_neutralised), T(tab_newline_cr_kept), T(nul_bytes),
+          T(controls_at_every_word_offset), T(empty_input_sanitised), T(stream_emoji_split_in_four),
+          T(stream_flush_pending), T(stream_matches_whole_buffer))

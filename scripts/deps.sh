@@ -1,0 +1,35 @@
+#!/bin/bash
+# Installs the Debian 12 packages codecage needs to build and test, then
+# configures and builds build/ (the default build). Idempotent: apt runs
+# only when a package is missing. Sourced by demo.sh and test.sh.
+set -euo pipefail
+
+CODECAGE_PACKAGES=(gcc libc6-dev pkg-config meson ninja-build libseccomp-dev libjansson-dev
+        python3 python3-pytest bubblewrap procps iproute2 clang-format)
+
+codecage_install_deps() {
+        local missing=()
+        for p in "${CODECAGE_PACKAGES[@]}"; do
+                dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+                        missing+=("$p")
+        done
+        if ((${#missing[@]})); then
+                echo "codecage: installing ${missing[*]}" >&2
+                if [ "$(id -u)" != 0 ]; then
+                        echo "codecage: run as root (or install: ${missing[*]})" >&2
+                        exit 1
+                fi
+                DEBIAN_FRONTEND=noninteractive apt-get update -q
+                DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+        fi
+}
+
+# codecage_build DIR [meson options...]
+codecage_build() {
+        local dir=$1
+        shift
+        if [ ! -f "$dir/build.ninja" ]; then
+                meson setup "$dir" "$@" >/dev/null
+        fi
+        ninja -C "$dir" >/dev/null
+}

@@ -1,0 +1,51 @@
+#!/bin/bash
+# Runs every test of codecage on a Debian 12 machine as root: installs what
+# is needed, builds three variants (default, ASan+UBSan, and the unsafe
+# debug build whose switches let the security suite show each protection
+# matters), then runs the unit tests (meson) and the integration and
+# security suites (pytest) against the default and the sanitizer builds.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/deps.sh
+codecage_install_deps
+
+echo "== build" >&2
+codecage_build build
+codecage_build build-unsafe -Dunsafe_debug=true
+codecage_build build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug
+
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+status=0
+
+stage() {
+        echo "== $*" >&2
+        if ! "$@" 2>&1 | tee -a "$log"; then
+                status=1
+        fi
+}
+
+stage meson test -C build --suite unit --print-errorlogs
+stage meson test -C build-asan --suite unit --print-errorlogs
+stage env CODECAGE_BUILD=build /usr/bin/python3 -m pytest -q -p no:cacheprovider -c tests/pytest.ini --rootdir tests tests/integration tests/security
+stage env CODECAGE_BUILD=build-asan /usr/bin/python3 -m pytest -q -p no:cacheprovider -c tests/pytest.ini --rootdir tests tests/integration tests/security
+
+# One closing line over every stage.
+/usr/bin/python3 - "$log" <<'PY'
+import re, sys
+text = open(sys.argv[1], errors="replace").read()
+passed = failed = 0
+for m in re.finditer(r"^Ok:\s+(\d+)", text, re.M):
+    passed += int(m.group(1))
+for m in re.finditer(r"^(?:Fail|Timeout):\s+(\d+)", text, re.M):
+    failed += int(m.group(1))
+for line in re.findall(r"^=*\s*(\d+ (?:passed|failed).*?)(?: in [\d.]+s.*)?$", text, re.M):
+    p = re.search(r"(\d+) passed", line)
+    f = re.search(r"(\d+) failed", line)
+    e = re.search(r"(\d+) error", line)
+    passed += int(p.group(1)) if p else 0
+    failed += (int(f.group(1)) if f else 0) + (int(e.group(1)) if e else 0)
+print(f"total: {passed} passed, {failed} failed")
+PY
+exit $status

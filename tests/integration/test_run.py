@@ -1,0 +1,326 @@
+"""`codecage run` end to end: the program's behaviour in plain mode, the
+result contract with --json, limits, mounts, env, images and clear errors."""
+import json
+import os
+import shutil
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from conftest import leftover_cgroups
+
+PY = "/usr/bin/python3"
+
+
+# ---- plain mode behaves like the program ----
+
+def test_plain_mode_passes_output_and_exit_code(cage):
+    p = cage.plain(["/bin/sh", "-c", "echo out; echo err >&2; exit 3"])
+    assert p.stdout == b"out\n"
+    assert p.stderr == b"err\n"
+    assert p.returncode == 3
+
+
+def test_plain_mode_binary_output_is_untouched_when_not_a_tty(cage):
+    p = cage.plain([PY, "-c", "import sys; sys.stdout.buffer.write(bytes(range(256)))"])
+    assert p.returncode == 0
+    assert p.stdout == bytes(range(256))
+
+
+def test_plain_mode_signal_is_128_plus_n(cage):
+    p = cage.plain(["/bin/sh", "-c", "kill -TERM $$"])
+    assert p.returncode == 128 + 15
+    assert b"signal 15" in p.stderr
+
+
+def test_plain_mode_timeout_code_and_reason(cage):
+    p = cage.plain(["/bin/sleep", "30"], "--timeout", "0.5")
+    assert p.returncode == 124
+    assert b"timeout" in p.stderr
+
+
+def test_plain_mode_not_found_is_127(cage):
+    p = cage.plain(["no-such-program-xyz"])
+    assert p.returncode == 127
+    assert b"no-such-program-xyz" in p.stderr
+
+
+def test_stdin_from_file_and_from_caller(cage, tmp_path):
+    f = tmp_path / "in.txt"
+    f.write_text("from file\n")
+    assert cage.plain(["/bin/cat"], "--stdin", str(f)).stdout == b"from file\n"
+    assert cage.plain(["/bin/cat"], "--stdin", "-", input=b"piped\n").stdout == b"piped\n"
+    # Default stdin is /dev/null: cat ends at once.
+    assert cage.plain(["/bin/cat"], timeout=10).stdout == b""
+
+
+# ---- the result contract ----
+
+CONTRACT_KEYS = {"status", "exit_code", "signal", "stdout", "stderr", "truncated", "duration_ms",
+                 "cpu_ms", "peak_memory_bytes", "artifacts"}
+
+
+def test_json_contract_ok(cage):
+    r = cage.run([PY, "-c", "print('hello')"])
+    assert CONTRACT_KEYS <= r.keys()
+    assert r["status"] == "ok" and r["exit_code"] == 0 and r["signal"] is None
+    assert r["stdout"] == "hello\n" and r["stderr"] == ""
+    assert r["truncated"] is None
+    assert r["duration_ms"] > 0
+    assert r["peak_memory_bytes"] > 1024 * 1024
+
+
+def test_json_error_exit(cage):
+    r = cage.sh("echo bad >&2; exit 7")
+    assert r["status"] == "error" and r["exit_code"] == 7 and r["stderr"] == "bad\n"
+
+
+def test_json_signal(cage):
+    r = cage.sh("kill -KILL $$")
+    assert r["status"] == "error" and r["signal"] == 9 and r["exit_code"] is None
+
+
+def test_cpu_ms_counts_work(cage):
+    r = cage.run([PY, "-c", "x=0\nfor i in range(3_000_000): x+=i"])
+    assert r["status"] == "ok"
+    assert r["cpu_ms"] >= 50
+
+
+def test_truncation_keeps_head_and_tail_with_marker(cage):
+    r = cage.run([PY, "-c", "for i in range(100000): print(i)"], "--output-max", "1000")
+    assert r["status"] == "ok"
+    out = r["stdout"]
+    total = sum(len(f"{i}\n") for i in range(100000))
+    assert out.startswith("0\n1\n2\n")
+    assert out.endswith("99998\n99999\n")
+    t = r["truncated"]["stdout"]
+    assert t["total"] == total and t["kept"] <= 1000
+    assert f"[... {total - t['kept']} bytes truncated ...]" in out
+    assert "stderr" not in r["truncated"]
+
+
+def test_default_json_cap_is_64k_per_stream(cage):
+    r = cage.run([PY, "-c", "import sys; sys.stdout.write('a'*200000); sys.stderr.write('b'*10)"])
+    assert r["truncated"]["stdout"]["kept"] <= 65536
+    assert r["truncated"]["stdout"]["total"] == 200000
+    assert r["stderr"] == "b" * 10
+
+
+def test_output_is_valid_utf8_and_escapes_neutralised(cage):
+    r = cage.run([PY, "-c",
+                  "import sys; sys.stdout.buffer.write(b'\\x1b[2J\\x1b]0;title\\x07ok \\xff\\xfe caf\\xc3\\xa9\\n')"])
+    out = r["stdout"]
+    assert "\x1b" not in out and "\x07" not in out
+    assert "\u241b[2J" in out
+    assert "\ufffd" in out and "café" in out
+
+
+def test_output_flood_is_stopped(cage):
+    start = time.monotonic()
+    r = cage.run(["/usr/bin/yes"], "--output-stop", "5000000", "--timeout", "20")
+    assert r["status"] == "output_limit"
+    assert time.monotonic() - start < 10
+    assert r["truncated"]["stdout"]["total"] > 5000000
+
+
+def test_wall_timeout_status(cage):
+    r = cage.run(["/bin/sleep", "30"], "--timeout", "0.3")
+    assert r["status"] == "timeout"
+    assert r["duration_ms"] < 5000
+    assert "timeout" in r["reason"]
+
+
+def test_cpu_time_limit_covers_the_whole_tree(cage):
+    spin = "import os\nfor _ in range(3): os.fork()\nwhile True: pass"
+    r = cage.run([PY, "-c", spin], "--cpu-time", "0.5", "--cpus", "2", "--timeout", "20")
+    assert r["status"] == "timeout"
+    assert "cpu time" in r["reason"]
+    assert r["duration_ms"] < 10000
+
+
+def test_oom_is_reported_as_oom(cage):
+    r = cage.run([PY, "-c", "b = bytearray(400 * 1024 * 1024)"], "--memory", "64")
+    assert r["status"] == "oom", r
+    assert "memory" in r["reason"]
+
+
+def test_peak_memory_reflects_allocation(cage):
+    r = cage.run([PY, "-c", "b = bytearray(100 * 1024 * 1024)\nb[::4096] = b'x' * len(b[::4096])"])
+    assert r["status"] == "ok"
+    assert r["peak_memory_bytes"] >= 100 * 1024 * 1024
+
+
+# ---- the environment inside ----
+
+def test_env_is_rebuilt_from_the_spec(cage):
+    env = dict(os.environ, CODECAGE_TEST_SECRET="s3cr3t", PASSME="yes")
+    r = cage.run(["/usr/bin/env"], "--env", "FOO=bar", "--env-pass", "PASSME", env=env)
+    lines = set(r["stdout"].splitlines())
+    assert "FOO=bar" in lines and "PASSME=yes" in lines
+    assert "s3cr3t" not in r["stdout"]
+    assert "HOME=/workspace" in lines
+    names = {l.split("=", 1)[0] for l in lines}
+    assert names <= {"PATH", "HOME", "USER", "LOGNAME", "LANG", "TMPDIR", "FOO", "PASSME", "PWD"}
+
+
+def test_env_override_of_default(cage):
+    r = cage.run(["/usr/bin/env"], "--env", "HOME=/tmp")
+    assert "HOME=/tmp" in r["stdout"].splitlines()
+    assert "HOME=/workspace" not in r["stdout"]
+
+
+def test_identity_and_layout(cage):
+    r = cage.sh("id -u; id -g; hostname; pwd; ls /; ls /etc; test -d /workspace/output && echo out")
+    lines = r["stdout"].splitlines()
+    assert lines[0] == "1000" and lines[1] == "1000"
+    assert lines[2] == "codecage"
+    assert lines[3] == "/workspace"
+    assert "root" not in lines and "home" not in lines
+    assert "shadow" not in lines and "sudoers" not in lines
+    assert lines[-1] == "out"
+
+
+def test_workspace_tmp_writable_rootfs_readonly(cage):
+    r = cage.sh("echo a > /workspace/a && echo b > /tmp/b && cat /workspace/a /tmp/b; "
+                "touch /usr/x 2>/dev/null || echo usr-ro; touch /x 2>/dev/null || echo root-ro")
+    assert r["stdout"].split() == ["a", "b", "usr-ro", "root-ro"]
+
+
+def test_workdir_option_and_missing_workdir(cage):
+    assert cage.run(["/bin/pwd"], "--workdir", "/tmp")["stdout"] == "/tmp\n"
+    r = cage.run(["/bin/pwd"], "--workdir", "/nonexistent")
+    assert r["status"] == "error" and "workdir" in r["stderr"]
+
+
+def test_disk_limit(cage):
+    r = cage.sh("dd if=/dev/zero of=/tmp/f bs=1M count=64 2>&1; echo rc=$?", "--disk", "16")
+    assert "No space left" in r["stdout"]
+
+
+def test_loopback_is_up_and_nothing_else(cage):
+    code = ("import socket\ns=socket.socket(); s.bind(('127.0.0.1',0)); s.listen()\n"
+            "c=socket.create_connection(s.getsockname()); print('lo-ok')\n"
+            "print(sorted(l.split(':')[0].strip() for l in open('/proc/net/dev').readlines()[2:]))")
+    r = cage.run([PY, "-c", code])
+    assert r["stdout"] == "lo-ok\n['lo']\n"
+
+
+# ---- mounts and images ----
+
+def test_ro_and_rw_mounts(cage, tmp_path):
+    ro = tmp_path / "ro"
+    rw = tmp_path / "rw"
+    ro.mkdir()
+    rw.mkdir()
+    (ro / "in.txt").write_text("data")
+    rw.chmod(0o777)
+    r = cage.sh("cat /in/in.txt; echo; echo x > /in/new 2>/dev/null || echo ro-denied; echo hi > /out/f",
+                "--ro", f"{ro}:/in", "--rw", f"{rw}:/out")
+    assert r["stdout"].split() == ["data", "ro-denied"]
+    assert (rw / "f").read_text() == "hi\n"
+    assert not (ro / "new").exists()
+
+
+def test_mount_of_a_single_file(cage, tmp_path):
+    f = tmp_path / "one.txt"
+    f.write_text("single")
+    r = cage.run(["/bin/cat", "/data/one.txt"], "--ro", f"{f}:/data/one.txt")
+    assert r["stdout"] == "single"
+
+
+def test_rw_workspace_mount_replaces_scratch(cage, tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    ws.chmod(0o777)
+    (ws / "keep.txt").write_text("kept")
+    r = cage.sh("cat keep.txt; echo new > made.txt", "--rw", f"{ws}:/workspace")
+    assert r["stdout"] == "kept"
+    assert (ws / "made.txt").read_text() == "new\n"
+
+
+def _tiny_rootfs(root: Path):
+    """A rootfs folder with just /bin/sh and the libraries it needs."""
+    sh = Path("/usr/bin/dash").resolve()
+    libs = subprocess.run(["ldd", str(sh)], capture_output=True, text=True).stdout
+    paths = [str(sh)] + [w for w in libs.split() if w.startswith("/")]
+    for p in paths:
+        dst = root / p.lstrip("/")
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(p, dst)
+    (root / "bin").mkdir(exist_ok=True)
+    os.symlink("/usr/bin/dash", root / "bin" / "sh")
+    (root / "marker").write_text("image-root")
+
+
+def test_directory_image(cage, tmp_path):
+    img = tmp_path / "img"
+    img.mkdir()
+    _tiny_rootfs(img)
+    r = cage.run(["/bin/sh", "-c", "read x < /marker; echo $x; echo > /marker 2>/dev/null || echo ro"],
+                 "--image", str(img))
+    assert r["stdout"].split() == ["image-root", "ro"]
+    # Host userland is not there.
+    r = cage.run(["/usr/bin/python3", "-c", "1"], "--image", str(img))
+    assert r["status"] == "error" and r["exit_code"] == 127
+
+
+# ---- clear errors ----
+
+@pytest.mark.parametrize("args, needle", [
+    (["--memory", "4"], "--memory"),
+    (["--memory", "lots"], "16..1048576"),
+    (["--cpus", "0"], "--cpus"),
+    (["--pids", "1"], "--pids"),
+    (["--timeout", "-1"], "--timeout"),
+    (["--output-max", "x"], "--output-max"),
+    (["--ro", "relative:/x"], "absolute"),
+    (["--rw", "/nonexistent-codecage:/x"], "mounts[0].source"),
+    (["--ro", "/tmp:/proc/x"], "mounts[0].target"),
+    (["--image", "/nonexistent-img"], "image"),
+    (["--env", "=x"], "env[0]"),
+    (["--env-pass", "CODECAGE_SURELY_UNSET"], "--env-pass"),
+    (["--bogus"], "--bogus"),
+    (["--debug-disable", "seccomp"], ""),
+])
+def test_invalid_options_are_clear_errors(cage, args, needle):
+    p = subprocess.run([str(cage.binary), "run", *args, "--", "/bin/true"], capture_output=True,
+                       timeout=30)
+    assert p.returncode == 125
+    assert needle.encode() in p.stderr
+    assert p.stdout == b""
+
+
+def test_no_command_is_an_error(cage):
+    p = subprocess.run([str(cage.binary), "run"], capture_output=True, timeout=10)
+    assert p.returncode == 125 and b"no command" in p.stderr
+
+
+def test_launcher_failure_is_internal_error_naming_the_step(unsafe_cage):
+    r = unsafe_cage.run(["/bin/true"], "--debug-fail-step", "pivot_root", check_json=False)
+    assert r["status"] == "internal_error"
+    assert "pivot_root" in r["reason"]
+    assert r["exit_code"] is None
+
+
+# ---- nothing left behind, concurrency ----
+
+def test_nothing_left_behind(cage):
+    before = leftover_cgroups()
+    for _ in range(3):
+        cage.sh("sleep 100 & sleep 100 & echo started", "--timeout", "0.5")
+    assert leftover_cgroups() == before == []
+
+
+def test_concurrent_runs_are_independent(cage):
+    def one(i):
+        r = cage.run(["/bin/sh", "-c", f"echo {i} > /tmp/me; sleep 0.2; cat /tmp/me; id -u"])
+        return i, r
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(one, range(8)))
+    for i, r in results:
+        assert r["status"] == "ok"
+        assert r["stdout"].split()[0] == str(i)
