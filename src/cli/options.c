@@ -42,7 +42,7 @@ int parse_seconds_ms(const char *opt, const char *s, uint64_t max_ms, uint64_t *
         int r = parse_double_range(opt, s, 0.001, (double)max_ms / 1000.0, &secs, err);
         if (r < 0)
                 return r;
-        *ret = (uint64_t)llround(secs * 1000.0);
+        *ret = (uint64_t)(secs * 1000.0 + 0.5);
         return 0;
 }
 

@@ -4,8 +4,8 @@
  * still left in the pid namespace (background jobs, double-forked daemons).
  *
  * init was created by a raw clone of a possibly multi-threaded supervisor,
- * so it never allocates and forks with a raw clone(2), not fork(3) (whose
- * atfork handlers could wait on locks held by threads that no longer
+ * so it never allocates and starts the program with vfork(2), not fork(3)
+ * (whose atfork handlers could wait on locks held by threads that no longer
  * exist). It is non-dumpable and signals from inside the namespace cannot
  * reach it (pid 1 ignores signals it has no handler for). */
 #include <errno.h>
@@ -96,7 +96,9 @@ static _Noreturn void program_main(const struct launch_plan *plan)
 
 _Noreturn void init_run(const struct launch_plan *plan)
 {
-        pid_t program = (pid_t)syscall(SYS_clone, SIGCHLD, NULL, NULL, NULL, NULL);
+        /* vfork: no copy of init's page tables, and glibc's vfork runs no
+         * atfork handlers; the child only sets up fds and execs. */
+        pid_t program = vfork();
         if (program < 0)
                 child_fail(plan, "fork program", errno);
         if (program == 0)

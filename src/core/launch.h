@@ -38,6 +38,8 @@ struct launch_plan {
         bool privileged; /* root case: clear supplementary groups */
         struct root_entry root[ROOT_ENTRIES_MAX];
         size_t n_root;
+        const char *proc_masked[24]; /* /proc files the sandbox user could open */
+        size_t n_proc_masked;
         bool scratch_workspace; /* /workspace on the scratch tmpfs (no user mount) */
         char scratch_opts[64];  /* tmpfs options with size= for the scratch tmpfs */
         char *const *envp;
@@ -49,6 +51,10 @@ struct launch_plan {
         int sync_fd;                        /* supervisor -> child: maps written */
         uint32_t disable;                   /* enum cage_debug_disable */
 };
+
+/* Bytes the supervisor sends on sync_fd, in this order. */
+#define SYNC_MAPS_WRITTEN 'm'
+#define SYNC_IN_CGROUP 'c'
 
 /* Records the child sends on report_fd; each is one atomic pipe write. */
 enum report_kind {
@@ -70,7 +76,11 @@ _Noreturn void sandbox_child_main(const struct launch_plan *plan);
 /* Reports a failed step and exits; async-signal-safe. */
 _Noreturn void child_fail(const struct launch_plan *plan, const char *step, int err);
 
-/* rootfs.c: builds the new root under STAGING_ROOT and pivots into it. */
+/* rootfs.c: builds the new root under STAGING_ROOT and pivots into it.
+ * rootfs_open_sources() fills exactly ROOTFS_SOURCE_FDS entries (-1 where
+ * unused). */
+#define ROOTFS_DEV_NODES 6
+#define ROOTFS_SOURCE_FDS (ROOT_ENTRIES_MAX + CAGE_MOUNTS_MAX + ROOTFS_DEV_NODES)
 int rootfs_open_sources(const struct launch_plan *plan, int *fds, const char **step);
 int rootfs_build(const struct launch_plan *plan, const int *fds, const char **step);
 int rootfs_pivot(const char **step);

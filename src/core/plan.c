@@ -112,7 +112,6 @@ static int build_host_etc(struct launch_plan *plan)
                 {"etc/alternatives", "/etc/alternatives"},
                 {"etc/localtime", "/etc/localtime"},
                 {"etc/os-release", "/etc/os-release"},
-                {"etc/ld.so.conf", "/etc/ld.so.conf"},
         };
         int r = 0;
         pthread_once(&ld_cache_once, load_ld_cache);
@@ -182,6 +181,29 @@ static int build_dir_image(struct launch_plan *plan, const char *dir, struct cag
         if (r < 0)
                 return cage_fail(err, r, "image: reading \"%s\"", dir);
         return 0;
+}
+
+/* /proc files that reveal host-wide state. Only those this kernel lets an
+ * unprivileged user open at all need a mask (the others are mode 0400 root
+ * and the sandbox user has no capabilities): fewer mounts per launch. */
+static const char *const proc_sensitive[] = {
+        "kcore",      "keys",        "key-users",   "timer_list",  "sched_debug",
+        "latency_stats", "kmsg",     "kpagecount",  "kpageflags",  "kpagecgroup",
+        "sysrq-trigger", "kallsyms", "config.gz",   "vmallocinfo", "pagetypeinfo",
+        "slabinfo",   "buddyinfo",   "zoneinfo",    "mtrr",        "iomem",
+};
+
+static void plan_proc_masks(struct launch_plan *plan)
+{
+        plan->n_proc_masked = 0;
+        for (size_t i = 0; i < ELEMENTSOF(proc_sensitive); i++) {
+                char path[64];
+                struct stat st;
+                snprintf(path, sizeof(path), "/proc/%s", proc_sensitive[i]);
+                if (stat(path, &st) == 0 && (st.st_mode & (S_IROTH | S_IWOTH)) &&
+                    plan->n_proc_masked < ELEMENTSOF(plan->proc_masked))
+                        plan->proc_masked[plan->n_proc_masked++] = proc_sensitive[i];
+        }
 }
 
 static const char *const default_env[] = {
@@ -277,6 +299,7 @@ int plan_build(struct launch_plan *plan, const struct cage_spec *spec, struct ca
         if (!add_entry(plan, ROOT_ENTRY_EMPTY_DIR, "run", NULL))
                 return cage_fail(err, -E2BIG, "image: more than %d top-level entries",
                                  ROOT_ENTRIES_MAX);
+        plan_proc_masks(plan);
         plan->scratch_workspace = !spec_mounts_workspace(spec);
         uint64_t size = (spec->debug_disable & CAGE_DEBUG_NO_LIMITS) ? 0 : spec->disk_bytes;
         snprintf(plan->scratch_opts, sizeof(plan->scratch_opts), "size=%llu,mode=0755",

@@ -20,11 +20,10 @@
 #include "util/cleanup.h"
 #include "util/fdutil.h"
 
-#define DEV_NODES_MAX 6
+#define DEV_NODES_MAX ROOTFS_DEV_NODES
 static const char *const dev_nodes[DEV_NODES_MAX] = {"null",   "zero",    "full",
                                                      "random", "urandom", "tty"};
 
-#define SOURCE_FDS_MAX          (ROOT_ENTRIES_MAX + CAGE_MOUNTS_MAX + DEV_NODES_MAX)
 #define FD_INDEX_MOUNT(plan, i) ((plan)->n_root + (i))
 #define FD_INDEX_DEV(plan, i)   ((plan)->n_root + CAGE_MOUNTS_MAX + (i))
 
@@ -53,7 +52,7 @@ static int staged(char *buf, size_t size, const char *rel)
  * uid may not (e.g. under /root when run as root) can still be bound. */
 int rootfs_open_sources(const struct launch_plan *plan, int *fds, const char **step)
 {
-        for (size_t i = 0; i < SOURCE_FDS_MAX; i++)
+        for (size_t i = 0; i < ROOTFS_SOURCE_FDS; i++)
                 fds[i] = -1;
         for (size_t i = 0; i < plan->n_root; i++) {
                 const struct root_entry *e = &plan->root[i];
@@ -132,22 +131,17 @@ static int build_entry(const struct root_entry *e, int fd)
         return -EINVAL;
 }
 
-static const char *const proc_masked_files[] = {
-        "kcore",         "keys",     "key-users",  "timer_list",  "sched_debug",
-        "latency_stats", "kmsg",     "kpagecount", "kpageflags",  "kpagecgroup",
-        "sysrq-trigger", "kallsyms", "config.gz",  "vmallocinfo", "pagetypeinfo",
-};
 static const char *const proc_readonly_dirs[] = {"sys", "bus", "fs", "irq"};
 static const char *const proc_hidden_dirs[] = {"acpi", "scsi", "asound", "firmware", "driver"};
 
 #define PROC_FLAGS (MS_NOSUID | MS_NODEV | MS_NOEXEC)
 
-static int mask_proc(const char *proc, int null_fd)
+static int mask_proc(const struct launch_plan *plan, const char *proc, int null_fd)
 {
         char p[PATH_MAX];
         int r;
-        for (size_t i = 0; i < ELEMENTSOF(proc_masked_files); i++) {
-                if (path_join(p, sizeof(p), proc, proc_masked_files[i]) < 0)
+        for (size_t i = 0; i < plan->n_proc_masked; i++) {
+                if (path_join(p, sizeof(p), proc, plan->proc_masked[i]) < 0)
                         return -ENAMETOOLONG;
                 r = bind_fd(null_fd, p, 0, false);
                 if (r < 0 && r != -ENOENT)
@@ -187,7 +181,7 @@ static int build_proc(const struct launch_plan *plan, const int *fds, const char
         if (plan->disable & CAGE_DEBUG_NO_PROC_MASK)
                 return 0;
         *step = "mask /proc entries";
-        return mask_proc(proc, fds[FD_INDEX_DEV(plan, 0)]);
+        return mask_proc(plan, proc, fds[FD_INDEX_DEV(plan, 0)]);
 }
 
 static const char *const dev_links[][2] = {

@@ -41,16 +41,16 @@ static void close_inherited_fds(const struct launch_plan *plan)
                 child_fail(plan, "close inherited fds", errno);
 }
 
-static void wait_for_supervisor(const struct launch_plan *plan)
+/* The supervisor sends SYNC_MAPS_WRITTEN, then SYNC_IN_CGROUP. */
+static void wait_for_supervisor(const struct launch_plan *plan, char expected)
 {
-        char go;
+        char got;
         ssize_t n;
         do
-                n = read(plan->sync_fd, &go, 1);
+                n = read(plan->sync_fd, &got, 1);
         while (n < 0 && errno == EINTR);
-        if (n != 1)
-                _exit(125); /* the supervisor is gone: nothing to report to */
-        close(plan->sync_fd);
+        if (n != 1 || got != expected)
+                _exit(125); /* the supervisor is gone or failed: it reports */
 }
 
 static void become_sandbox_user(const struct launch_plan *plan)
@@ -95,17 +95,14 @@ static void fault_point(const struct launch_plan *plan, const char *step)
 _Noreturn void sandbox_child_main(const struct launch_plan *plan)
 {
         const char *step = "";
-        int fds[ROOT_ENTRIES_MAX + CAGE_MOUNTS_MAX + 8];
+        int fds[ROOTFS_SOURCE_FDS];
         int r;
 
         /* Die with the supervisor; re-armed below, credential changes clear it. */
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         close_inherited_fds(plan);
-        /* The supervisor writes our id maps and puts us in our cgroup first. */
-        wait_for_supervisor(plan);
-        /* After joining the cgroup: the new cgroup namespace is rooted at it. */
-        if (unshare(CLONE_NEWCGROUP) < 0)
-                child_fail(plan, "unshare cgroup namespace", errno);
+        /* The supervisor writes our id maps first. */
+        wait_for_supervisor(plan, SYNC_MAPS_WRITTEN);
         /* With the initial credentials, which may read what the sandbox uid cannot. */
         if ((r = rootfs_open_sources(plan, fds, &step)) < 0)
                 child_fail(plan, step, -r);
@@ -124,6 +121,13 @@ _Noreturn void sandbox_child_main(const struct launch_plan *plan)
                 child_fail(plan, "sethostname", errno);
         if (!(plan->disable & CAGE_DEBUG_NO_NETNS))
                 bring_up_loopback(plan);
+        /* Meanwhile the supervisor made our cgroup; nothing below may run
+         * before we are in it (limits apply from the first fork on). */
+        wait_for_supervisor(plan, SYNC_IN_CGROUP);
+        close(plan->sync_fd);
+        /* After joining the cgroup: the new cgroup namespace is rooted at it. */
+        if (unshare(CLONE_NEWCGROUP) < 0)
+                child_fail(plan, "unshare cgroup namespace", errno);
         /* No controlling terminal: the program cannot signal or inject into ours. */
         if (!(plan->disable & CAGE_DEBUG_NO_SETSID) && setsid() < 0)
                 child_fail(plan, "setsid", errno);

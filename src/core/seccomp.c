@@ -1,197 +1,24 @@
-/* Seccomp policy: allow by default, refuse the kernel attack surface a
- * sandboxed program never needs. Denied calls fail with EPERM (so a test can
- * tell "the filter blocked it" from "the kernel refused it" by passing
- * invalid arguments, which the kernel would reject with EINVAL/EFAULT/EBADF);
- * clone3 fails with ENOSYS so libc falls back to clone(2), whose flags the
- * filter can inspect; syscalls of any other ABI (i386, x32) kill the process.
- *
- * Families: keyrings, bpf, perf, userfaultfd, io_uring, the ptrace family,
- * the mount family including the new mount API, namespaces, kexec and
- * modules, time setting, swap/reboot/acct, handle-based opens, TIOCSTI and
- * TIOCLINUX, and AF_VSOCK sockets (vsock is not isolated by network
- * namespaces: it would reach the hypervisor host). */
+/* Installing the sandbox's seccomp filter. The program itself is generated
+ * at build time from seccomp_policy.c (see tools/gen-seccomp.c) into
+ * cage_seccomp_filter[], so launching a sandbox compiles nothing and the
+ * sandboxed child, which must not allocate, installs it with one syscall. */
 #include "seccomp.h"
 
 #include <errno.h>
-#include <pthread.h>
-#include <sched.h>
-#include <seccomp.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/ioctl.h>
-#include <sys/mman.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
-#include <sys/syscall.h>
 #include <linux/seccomp.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
-#include "util/cleanup.h"
-#include "util/error.h"
-
-const char *const cage_seccomp_denied[] = {
-        /* keyrings */
-        "add_key", "request_key", "keyctl",
-        /* bpf, perf, userfaultfd, io_uring */
-        "bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter",
-        "io_uring_register",
-        /* ptrace family */
-        "ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
-        "process_madvise",
-        /* mount family, old and new API */
-        "mount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree", "fsopen",
-        "fsconfig", "fsmount", "fspick", "mount_setattr", "open_tree_attr",
-        /* namespaces */
-        "unshare", "setns",
-        /* kexec and modules */
-        "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
-        /* host-wide state */
-        "reboot", "swapon", "swapoff", "acct", "settimeofday", "clock_settime",
-        "clock_adjtime", "adjtimex", "syslog", "quotactl", "quotactl_fd", "vhangup",
-        "iopl", "ioperm", "uselib", "nfsservctl", "lookup_dcookie",
-        /* handle-based opens bypass path checks ("shocker") */
-        "name_to_handle_at", "open_by_handle_at",
-        NULL,
-};
-
-#define NAMESPACE_FLAGS                                                                            \
-        (CLONE_NEWNS | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC |                \
-         CLONE_NEWUTS | CLONE_NEWCGROUP | CLONE_NEWTIME)
-
-static int add_denied_syscalls(scmp_filter_ctx ctx)
-{
-        for (size_t i = 0; cage_seccomp_denied[i]; i++) {
-                int nr = seccomp_syscall_resolve_name(cage_seccomp_denied[i]);
-                if (nr == __NR_SCMP_ERROR)
-                        continue; /* not known to this libseccomp: nothing to deny */
-                int r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nr, 0);
-                if (r < 0)
-                        return r;
-        }
-        return 0;
-}
-
-/* Syscalls newer than some libseccomp releases know, by x86_64 number. */
-static const struct {
-        const char *name;
-        int nr;
-} raw_denied[] = {
-#ifdef __x86_64__
-        {"open_tree_attr", 467},
-#endif
-};
-
-static int add_raw_denied(scmp_filter_ctx ctx)
-{
-        for (size_t i = 0; i < ELEMENTSOF(raw_denied); i++) {
-                if (seccomp_syscall_resolve_name(raw_denied[i].name) != __NR_SCMP_ERROR)
-                        continue; /* already added by name */
-                int r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), raw_denied[i].nr, 0);
-                if (r < 0)
-                        return r;
-        }
-        return 0;
-}
-
-static const unsigned long namespace_flags[] = {
-        CLONE_NEWNS,  CLONE_NEWUSER,   CLONE_NEWPID,  CLONE_NEWNET,
-        CLONE_NEWIPC, CLONE_NEWUTS,    CLONE_NEWCGROUP, CLONE_NEWTIME,
-};
-
-static int add_argument_rules(scmp_filter_ctx ctx)
-{
-        int r;
-        /* clone(2) may not create namespaces (its flags are argument 0 on
-         * x86_64); clone3 hides its flags in memory, so it gets ENOSYS and
-         * libc falls back to clone(2). */
-        for (size_t i = 0; i < ELEMENTSOF(namespace_flags); i++) {
-                r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1,
-                                     SCMP_A0(SCMP_CMP_MASKED_EQ, namespace_flags[i],
-                                             namespace_flags[i]));
-                if (r < 0)
-                        return r;
-        }
-        r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
-        if (r < 0)
-                return r;
-        /* TIOCSTI / TIOCLINUX push input into a terminal (escape to the
-         * caller's shell); the request is an unsigned int, so mask 32 bits. */
-        static const unsigned long tty_requests[] = {TIOCSTI, TIOCLINUX};
-        for (size_t i = 0; i < ELEMENTSOF(tty_requests); i++) {
-                r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioctl), 1,
-                                     SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffUL, tty_requests[i]));
-                if (r < 0)
-                        return r;
-        }
-        return seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socket), 1,
-                                SCMP_A0(SCMP_CMP_EQ, AF_VSOCK));
-}
-
-/* Exports ctx as raw BPF through a memfd (libseccomp 2.5 has no export to
- * memory). */
-static int export_program(scmp_filter_ctx ctx, struct sock_fprog **ret)
-{
-        _cleanup_close_ int fd = memfd_create("codecage-seccomp", MFD_CLOEXEC);
-        if (fd < 0)
-                return -errno;
-        int r = seccomp_export_bpf(ctx, fd);
-        if (r < 0)
-                return r;
-        off_t size = lseek(fd, 0, SEEK_END);
-        if (size <= 0 || size % (off_t)sizeof(struct sock_filter) != 0)
-                return -EIO;
-        struct sock_fprog *prog = malloc(sizeof(*prog) + (size_t)size);
-        if (!prog)
-                return -ENOMEM;
-        prog->filter = (struct sock_filter *)(prog + 1);
-        prog->len = (unsigned short)((size_t)size / sizeof(struct sock_filter));
-        if (pread(fd, prog->filter, (size_t)size, 0) != size) {
-                free(prog);
-                return -EIO;
-        }
-        *ret = prog;
-        return 0;
-}
-
-static int build_program(struct sock_fprog **ret, struct cage_error *err)
-{
-        scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
-        if (!ctx)
-                return cage_fail(err, -ENOMEM, "seccomp_init");
-        int r = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
-        if (r == 0)
-                r = add_denied_syscalls(ctx);
-        if (r == 0)
-                r = add_raw_denied(ctx);
-        if (r == 0)
-                r = add_argument_rules(ctx);
-        if (r == 0)
-                r = export_program(ctx, ret);
-        seccomp_release(ctx);
-        if (r < 0)
-                return cage_fail(err, r, "building the seccomp filter");
-        return 0;
-}
-
-static pthread_once_t program_once = PTHREAD_ONCE_INIT;
-static struct sock_fprog *program;
-static struct cage_error program_error;
-
-static void build_once(void)
-{
-        if (build_program(&program, &program_error) < 0)
-                program = NULL;
-}
+extern const struct sock_filter cage_seccomp_filter[];
+extern const unsigned short cage_seccomp_filter_len;
 
 int cage_seccomp_program(const struct sock_fprog **ret, struct cage_error *err)
 {
-        pthread_once(&program_once, build_once);
-        if (!program) {
-                if (err)
-                        *err = program_error;
-                return program_error.code < 0 ? program_error.code : -EIO;
-        }
-        *ret = program;
+        static struct sock_fprog program;
+        (void)err;
+        program.len = cage_seccomp_filter_len;
+        program.filter = (struct sock_filter *)cage_seccomp_filter;
+        *ret = &program;
         return 0;
 }
 

@@ -163,21 +163,31 @@ static int prepare(struct run_state *st, struct cage_error *err)
         if ((r = cage_id_slot_acquire(&st->slot, err)) < 0)
                 return r;
         st->plan.privileged = st->slot.privileged;
-        if ((r = create_cgroup(st, err)) < 0)
-                return r;
         if ((r = plan_build(&st->plan, st->spec, err)) < 0)
                 return r;
         return make_pipes(st, err);
 }
 
-/* Maps and cgroup, then the byte that lets the child go on. */
+static int send_sync(struct run_state *st, char what, struct cage_error *err)
+{
+        if (write_all(st->sync_w, &what, 1) < 0)
+                return cage_fail(err, -errno, "waking the sandbox");
+        return 0;
+}
+
+/* Id maps first, so the child can build its filesystem while we create its
+ * cgroup; the second byte lets it go on once it is inside that cgroup. */
 static int start_child(struct run_state *st, struct cage_error *err)
 {
         int r = cage_userns_write_maps(st->pid, &st->slot, err);
+        if (r == 0)
+                r = send_sync(st, SYNC_MAPS_WRITTEN, err);
+        if (r == 0)
+                r = create_cgroup(st, err);
         if (r == 0 && st->cg)
                 r = cage_cgroup_attach(st->cg, st->pid, err);
-        if (r == 0 && write_all(st->sync_w, "g", 1) < 0)
-                r = cage_fail(err, -errno, "waking the sandbox");
+        if (r == 0)
+                r = send_sync(st, SYNC_IN_CGROUP, err);
         close_fd(&st->sync_w);
         return r;
 }
@@ -452,8 +462,6 @@ static int launch_and_watch(struct run_state *st, struct cage_result *res, struc
         int r = prepare(st, err);
         if (r < 0)
                 return r;
-        res->limits_backend = cgroup_backend_to_string(st->cg ? cage_cgroup_backend(st->cg)
-                                                              : CGROUP_BACKEND_NONE);
         st->pid = sandbox_clone(&st->plan, &st->pidfd);
         if (st->pid < 0) {
                 r = (int)st->pid;
@@ -463,7 +471,10 @@ static int launch_and_watch(struct run_state *st, struct cage_result *res, struc
         close_child_ends(st);
         st->start_ns = now_ns();
         st->deadline_ns = st->start_ns + st->spec->timeout_ms * 1000000ULL;
-        if ((r = start_child(st, err)) < 0)
+        r = start_child(st, err);
+        res->limits_backend = cgroup_backend_to_string(st->cg ? cage_cgroup_backend(st->cg)
+                                                              : CGROUP_BACKEND_NONE);
+        if (r < 0)
                 return r;
         watch(st);
         drain(st);

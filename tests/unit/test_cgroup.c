@@ -185,14 +185,29 @@ static bool child_go(struct child *c)
         return write(c->go, "g", 1) == 1 && read(c->ready, &b, 1) == 1;
 }
 
+/* waitpid(pid) for at most 5 s, so a broken kill fails a test instead of
+ * hanging it; pid -1 waits for any child. Returns the pid or -1. */
+static pid_t wait_bounded(pid_t pid, int *status)
+{
+        for (int i = 0; i < 5000; i++) {
+                pid_t r = waitpid(pid, status, WNOHANG);
+                if (r != 0)
+                        return r;
+                usleep(1000);
+        }
+        return -1;
+}
+
 static int child_reap(struct child *c)
 {
         int status = -1;
         close(c->go);
         close(c->ready);
-        if (waitpid(c->pid, &status, 0) != c->pid)
-                return -1;
-        return status;
+        if (wait_bounded(c->pid, &status) == c->pid)
+                return status;
+        kill(c->pid, SIGKILL);
+        waitpid(c->pid, NULL, 0);
+        return -1;
 }
 
 static bool killed_by_sigkill(int status)
@@ -207,7 +222,7 @@ static int reap_n(int n)
         int killed = 0;
         for (int i = 0; i < n; i++) {
                 int status;
-                if (waitpid(-1, &status, 0) < 0)
+                if (wait_bounded(-1, &status) < 0)
                         break;
                 if (killed_by_sigkill(status))
                         killed++;

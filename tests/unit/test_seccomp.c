@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/seccomp.h"
+#include "core/seccomp_policy.h"
 #include "harness.h"
 
 /* Runs fn in a child under the filter; returns its exit status. */
@@ -107,5 +109,20 @@ TEST(denied_list_names_the_families)
         }
 }
 
-RUN_TESTS(T(program_builds_and_is_cached), T(denied_calls_get_eperm_from_the_filter),
+TEST(generated_program_matches_the_policy)
+{
+        const struct sock_fprog *prog = NULL;
+        CHECK(cage_seccomp_program(&prog, NULL) == 0);
+        int fd = memfd_create("t", MFD_CLOEXEC);
+        CHECK(fd >= 0 && cage_seccomp_policy_export(fd, NULL) == 0);
+        off_t size = lseek(fd, 0, SEEK_END);
+        CHECK(prog && size == (off_t)(prog->len * sizeof(struct sock_filter)));
+        struct sock_filter fresh[4096];
+        CHECK(size > 0 && (size_t)size <= sizeof(fresh));
+        CHECK(pread(fd, fresh, (size_t)size, 0) == size);
+        CHECK(prog && memcmp(fresh, prog->filter, (size_t)size) == 0);
+        close(fd);
+}
+
+RUN_TESTS(T(program_builds_and_is_cached), T(generated_program_matches_the_policy), T(denied_calls_get_eperm_from_the_filter),
           T(clone3_gets_enosys), T(ordinary_calls_still_work), T(denied_list_names_the_families))
