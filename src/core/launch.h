@@ -50,6 +50,7 @@ struct launch_plan {
         int report_fd;                      /* child -> supervisor, close-on-exec */
         int sync_fd;                        /* supervisor -> child: maps written */
         uint32_t disable;                   /* enum cage_debug_disable */
+        bool rlimit_memory; /* no memory controller: cap address space instead */
 };
 
 /* Bytes the supervisor sends on sync_fd, in this order. */

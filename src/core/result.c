@@ -72,9 +72,7 @@ char *cage_result_to_json(const struct cage_result *r)
         json_object_set_new(o, "peak_memory_bytes",
                             json_integer((json_int_t)r->peak_memory_bytes));
         json_object_set_new(o, "artifacts", json_array());
-        json_object_set_new(o, "reason", r->status == CAGE_STATUS_OK && !r->reason[0]
-                                                 ? json_null()
-                                                 : json_string(r->reason));
+        json_object_set_new(o, "reason", r->reason[0] ? json_string(r->reason) : json_null());
         json_object_set_new(o, "limits_backend",
                             json_string(r->limits_backend ? r->limits_backend : "none"));
         char *s = json_dumps(o, JSON_COMPACT);

@@ -34,6 +34,11 @@ int rlimits_apply(const struct launch_plan *plan, const char **step)
         *step = "rlimit msgqueue";
         if ((r = set_limit(RLIMIT_MSGQUEUE, 64 * 1024)) < 0)
                 return r;
+        /* Without a memory cgroup, address space is the nearest stand-in
+         * (coarser: it counts mappings, not resident memory). */
+        *step = "rlimit as";
+        if (plan->rlimit_memory && (r = set_limit(RLIMIT_AS, s->memory_bytes)) < 0)
+                return r;
         if (s->cpu_time_ms) {
                 /* Whole seconds, rounded up; the supervisor enforces the
                  * exact total for the whole tree through the cgroup. */

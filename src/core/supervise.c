@@ -100,9 +100,6 @@ static int create_cgroup(struct run_state *st, struct cage_error *err)
 {
         static unsigned counter;
         char name[64];
-        int r = detect_cgroups(st, err);
-        if (r < 0)
-                return r;
         if (st->cg_host.backend == CGROUP_BACKEND_NONE || (st->spec->debug_disable & CAGE_DEBUG_NO_LIMITS))
                 return 0;
         snprintf(name, sizeof(name), "run-%d-%u", (int)getpid(),
@@ -163,6 +160,10 @@ static int prepare(struct run_state *st, struct cage_error *err)
         if ((r = cage_id_slot_acquire(&st->slot, err)) < 0)
                 return r;
         st->plan.privileged = st->slot.privileged;
+        if ((r = detect_cgroups(st, err)) < 0)
+                return r;
+        st->plan.rlimit_memory = st->cg_host.backend == CGROUP_BACKEND_NONE ||
+                                 !st->cg_host.has_memory;
         if ((r = plan_build(&st->plan, st->spec, err)) < 0)
                 return r;
         return make_pipes(st, err);
