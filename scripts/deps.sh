@@ -31,5 +31,5 @@ codecage_build() {
         if [ ! -f "$dir/build.ninja" ]; then
                 meson setup "$dir" "$@" >/dev/null
         fi
-        ninja -C "$dir" >/dev/null
+        ninja --quiet -C "$dir"
 }

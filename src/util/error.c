@@ -23,21 +23,6 @@ int cage_fail(struct cage_error *err, int code, const char *fmt, ...)
         return code;
 }
 
-int cage_wrap(struct cage_error *err, const char *fmt, ...)
-{
-        if (!err)
-                return -EIO;
-        char inner[sizeof(err->message)];
-        memcpy(inner, err->message, sizeof(inner));
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(err->message, sizeof(err->message), fmt, ap);
-        va_end(ap);
-        if (n >= 0 && (size_t)n < sizeof(err->message))
-                snprintf(err->message + n, sizeof(err->message) - (size_t)n, ": %s", inner);
-        return err->code < 0 ? err->code : -EIO;
-}
-
 void cage_error_clear(struct cage_error *err)
 {
         if (err) {

@@ -1,7 +1,8 @@
 /* Error objects: cage_fail() fills a caller-owned struct cage_error with a
  * -errno code and a formatted one-line message, and returns the code, so
  * error paths read `return cage_fail(err, -errno, "open %s", path);`.
- * cage_wrap() prefixes context to a message an inner layer already set. */
+ * The errno text is appended, except for -EINVAL: validation messages are
+ * complete sentences naming the field and its allowed range. */
 #ifndef CODECAGE_UTIL_ERROR_H
 #define CODECAGE_UTIL_ERROR_H
 
@@ -9,8 +10,6 @@
 
 int cage_fail(struct cage_error *err, int code, const char *fmt, ...)
         __attribute__((format(printf, 3, 4)));
-int cage_wrap(struct cage_error *err, const char *fmt, ...)
-        __attribute__((format(printf, 2, 3)));
 void cage_error_clear(struct cage_error *err);
 
 #endif
