@@ -34,7 +34,7 @@ struct cage_mount {
 };
 
 #define CAGE_MOUNTS_MAX 32
-#define CAGE_ENV_MAX 256
+#define CAGE_ENV_MAX    256
 
 /* Protections that a build made with -Dunsafe_debug=true can switch off, so
  * the security tests can show that each attack succeeds without its guard.
@@ -55,24 +55,24 @@ enum cage_debug_disable {
 
 /* What a sandbox may do. Sizes are bytes, times milliseconds. */
 struct cage_spec {
-        const char *image;      /* "host" or an absolute rootfs directory */
-        char *const *argv;      /* program and arguments, NULL-terminated */
+        const char *image;                 /* "host" or an absolute rootfs directory */
+        char *const *argv;                 /* program and arguments, NULL-terminated */
         const char *env[CAGE_ENV_MAX + 1]; /* "K=V" strings, NULL-terminated */
         size_t n_env;
         struct cage_mount mounts[CAGE_MOUNTS_MAX];
         size_t n_mounts;
-        const char *workdir;    /* absolute path inside; default /workspace */
-        uint64_t memory_bytes;  /* cgroup memory limit (incl. tmpfs pages) */
-        double cpus;            /* CPU bandwidth, may be fractional */
-        uint32_t pids;          /* max processes + threads */
-        uint64_t disk_bytes;    /* size of the tmpfs behind /workspace, /tmp, /dev/shm */
-        uint64_t timeout_ms;    /* wall clock */
-        uint64_t cpu_time_ms;   /* total CPU time of the tree; 0 = none */
-        uint64_t output_max_bytes;  /* kept per stream (head + tail) */
-        uint64_t output_stop_bytes; /* stop the run past this much output */
-        uint32_t nofile;        /* RLIMIT_NOFILE */
-        int stdin_fd;           /* -1: /dev/null */
-        uint32_t debug_disable; /* enum cage_debug_disable; tests only */
+        const char *workdir;         /* absolute path inside; default /workspace */
+        uint64_t memory_bytes;       /* cgroup memory limit (incl. tmpfs pages) */
+        double cpus;                 /* CPU bandwidth, may be fractional */
+        uint32_t pids;               /* max processes + threads */
+        uint64_t disk_bytes;         /* size of the tmpfs behind /workspace, /tmp, /dev/shm */
+        uint64_t timeout_ms;         /* wall clock */
+        uint64_t cpu_time_ms;        /* total CPU time of the tree; 0 = none */
+        uint64_t output_max_bytes;   /* kept per stream (head + tail) */
+        uint64_t output_stop_bytes;  /* stop the run past this much output */
+        uint32_t nofile;             /* RLIMIT_NOFILE */
+        int stdin_fd;                /* -1: /dev/null */
+        uint32_t debug_disable;      /* enum cage_debug_disable; tests only */
         const char *debug_fail_step; /* unsafe_debug builds: make this launch step fail */
 };
 
@@ -90,7 +90,7 @@ const char *cage_status_to_string(enum cage_status status);
 
 /* One captured stream: the head and tail of what the program wrote. */
 struct cage_stream {
-        char *data;     /* sanitised UTF-8, with a marker line if cut */
+        char *data; /* sanitised UTF-8, with a marker line if cut */
         size_t len;
         uint64_t total; /* bytes the program wrote */
         uint64_t kept;  /* bytes of those that are in data */
@@ -106,7 +106,7 @@ struct cage_result {
         uint64_t duration_ms;
         uint64_t cpu_ms;
         uint64_t peak_memory_bytes;
-        const char *limits_backend; /* "v1", "v2" or "none" (rlimits only) */
+        const char *limits_backend;          /* "v1", "v2" or "none" (rlimits only) */
         char reason[CAGE_ERROR_MESSAGE_MAX]; /* why, for non-ok statuses */
 };
 

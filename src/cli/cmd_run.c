@@ -47,26 +47,36 @@ static const struct run_option {
         const char *arg; /* NULL: a flag */
         const char *help;
 } run_options[] = {
-        {"image", OPT_IMAGE, "host|DIR", "root filesystem: the host's userland (default) or a rootfs directory"},
+        {"image", OPT_IMAGE, "host|DIR",
+         "root filesystem: the host's userland (default) or a rootfs directory"},
         {"ro", OPT_RO, "SRC[:DST]", "bind host path SRC read-only at DST (default: same path)"},
         {"rw", OPT_RW, "SRC[:DST]", "bind host path SRC read-write at DST"},
         {"env", OPT_ENV, "K=V", "set an environment variable (the environment starts empty)"},
         {"env-pass", OPT_ENV_PASS, "NAME", "pass NAME from codecage's own environment"},
-        {"memory", OPT_MEMORY, "MIB", "memory limit, tmpfs pages included (16..1048576, default 512)"},
+        {"memory", OPT_MEMORY, "MIB",
+         "memory limit, tmpfs pages included (16..1048576, default 512)"},
         {"cpus", OPT_CPUS, "N", "CPU bandwidth, fractional allowed (0.01..1024, default 1)"},
         {"pids", OPT_PIDS, "N", "processes and threads (2..1048576, default 256)"},
-        {"disk", OPT_DISK, "MIB", "size of /workspace + /tmp + /dev/shm (1..1048576, default 1024)"},
+        {"disk", OPT_DISK, "MIB",
+         "size of /workspace + /tmp + /dev/shm (1..1048576, default 1024)"},
         {"timeout", OPT_TIMEOUT, "S", "wall-clock limit in seconds (default 30)"},
-        {"cpu-time", OPT_CPU_TIME, "S", "CPU-time limit of the whole tree in seconds (default none)"},
-        {"output-max", OPT_OUTPUT_MAX, "BYTES", "bytes kept per stream, head and tail (default: all; 65536 with --json)"},
-        {"output-stop", OPT_OUTPUT_STOP, "BYTES", "stop the run after this much output (default: never; 64 MiB with --json)"},
+        {"cpu-time", OPT_CPU_TIME, "S",
+         "CPU-time limit of the whole tree in seconds (default none)"},
+        {"output-max", OPT_OUTPUT_MAX, "BYTES",
+         "bytes kept per stream, head and tail (default: all; 65536 with --json)"},
+        {"output-stop", OPT_OUTPUT_STOP, "BYTES",
+         "stop the run after this much output (default: never; 64 MiB with --json)"},
         {"nofile", OPT_NOFILE, "N", "open files per process (16..1048576, default 1024)"},
         {"workdir", OPT_WORKDIR, "DIR", "working directory inside (default /workspace)"},
-        {"stdin", OPT_STDIN, "FILE|-", "standard input: a file, or - for codecage's own (default /dev/null)"},
-        {"json", OPT_JSON, NULL, "print the result contract as JSON instead of the program's output"},
+        {"stdin", OPT_STDIN, "FILE|-",
+         "standard input: a file, or - for codecage's own (default /dev/null)"},
+        {"json", OPT_JSON, NULL,
+         "print the result contract as JSON instead of the program's output"},
 #ifdef CODECAGE_UNSAFE_DEBUG
-        {"debug-disable", OPT_DEBUG_DISABLE, "LIST", "UNSAFE test build only: switch protections off"},
-        {"debug-fail-step", OPT_DEBUG_FAIL_STEP, "STEP", "UNSAFE test build only: make a launch step fail"},
+        {"debug-disable", OPT_DEBUG_DISABLE, "LIST",
+         "UNSAFE test build only: switch protections off"},
+        {"debug-fail-step", OPT_DEBUG_FAIL_STEP, "STEP",
+         "UNSAFE test build only: make a launch step fail"},
 #endif
         {"help", OPT_HELP, NULL, "show this help"},
 };
@@ -79,12 +89,14 @@ static void usage(FILE *f)
         for (size_t i = 0; i < N_RUN_OPTIONS; i++) {
                 char left[48];
                 snprintf(left, sizeof(left), "--%s%s%s", run_options[i].name,
-                         run_options[i].arg ? " " : "", run_options[i].arg ? run_options[i].arg : "");
+                         run_options[i].arg ? " " : "",
+                         run_options[i].arg ? run_options[i].arg : "");
                 fprintf(f, "  %-26s %s\n", left, run_options[i].help);
         }
-        fprintf(f, "\nexit status: the program's, 128+N if killed by signal N, %d timeout, %d out of "
-                   "memory,\n%d output limit, %d cancelled, %d codecage failed, %d cannot execute, %d "
-                   "not found.\nWith --json: 0 whenever a result is printed.\n",
+        fprintf(f,
+                "\nexit status: the program's, 128+N if killed by signal N, %d timeout, %d out of "
+                "memory,\n%d output limit, %d cancelled, %d codecage failed, %d cannot execute, %d "
+                "not found.\nWith --json: 0 whenever a result is printed.\n",
                 EXIT_TIMEOUT, EXIT_OOM, EXIT_OUTPUT_LIMIT, EXIT_CANCELLED, EXIT_CODECAGE_FAILED,
                 EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND);
 }
@@ -112,8 +124,8 @@ static int add_env_pass(struct run_args *a, const char *name, struct cage_error 
         if (!name[0] || strchr(name, '='))
                 return cage_fail(err, -EINVAL, "--env-pass: \"%s\" is not a variable name", name);
         if (!v)
-                return cage_fail(err, -EINVAL, "--env-pass: %s is not set in codecage's environment",
-                                 name);
+                return cage_fail(err, -EINVAL,
+                                 "--env-pass: %s is not set in codecage's environment", name);
         char *kv;
         if (asprintf(&kv, "%s=%s", name, v) < 0)
                 return cage_fail(err, -ENOMEM, "--env-pass");
@@ -121,7 +133,8 @@ static int add_env_pass(struct run_args *a, const char *name, struct cage_error 
         return add_env(a, kv, err);
 }
 
-static int add_mount(struct run_args *a, const char *opt, char *val, bool rw, struct cage_error *err)
+static int add_mount(struct run_args *a, const char *opt, char *val, bool rw,
+                     struct cage_error *err)
 {
         if (a->spec.n_mounts >= CAGE_MOUNTS_MAX)
                 return cage_fail(err, -EINVAL, "%s: at most %d mounts", opt, CAGE_MOUNTS_MAX);
@@ -148,7 +161,8 @@ static int apply_limit_option(struct run_args *a, int id, char *v, struct cage_e
         int r = 0;
         switch (id) {
         case OPT_MEMORY:
-                r = parse_u64_range("--memory", v, SPEC_MEMORY_MIN / MIB, SPEC_MEMORY_MAX / MIB, &n, err);
+                r = parse_u64_range("--memory", v, SPEC_MEMORY_MIN / MIB, SPEC_MEMORY_MAX / MIB, &n,
+                                    err);
                 s->memory_bytes = n * MIB;
                 return r;
         case OPT_CPUS:
@@ -167,10 +181,12 @@ static int apply_limit_option(struct run_args *a, int id, char *v, struct cage_e
                 return parse_seconds_ms("--cpu-time", v, SPEC_TIMEOUT_MAX_MS, &s->cpu_time_ms, err);
         case OPT_OUTPUT_MAX:
                 a->output_max_set = true;
-                return parse_u64_range("--output-max", v, 0, SPEC_OUTPUT_MAX_MAX, &s->output_max_bytes, err);
+                return parse_u64_range("--output-max", v, 0, SPEC_OUTPUT_MAX_MAX,
+                                       &s->output_max_bytes, err);
         case OPT_OUTPUT_STOP:
                 a->output_stop_set = true;
-                return parse_u64_range("--output-stop", v, 1, UINT64_MAX / 2, &s->output_stop_bytes, err);
+                return parse_u64_range("--output-stop", v, 1, UINT64_MAX / 2, &s->output_stop_bytes,
+                                       err);
         case OPT_NOFILE:
                 r = parse_u64_range("--nofile", v, SPEC_NOFILE_MIN, SPEC_NOFILE_MAX, &n, err);
                 s->nofile = (uint32_t)n;
@@ -227,13 +243,16 @@ static int parse_args(struct run_args *a, int argc, char **argv, struct cage_err
                         exit(0);
                 }
                 if (c == '?' || c == ':')
-                        return cage_fail(err, -EINVAL, "unknown or incomplete option \"%s\" (see codecage run --help)",
-                                         argv[optind - 1]);
+                        return cage_fail(
+                                err, -EINVAL,
+                                "unknown or incomplete option \"%s\" (see codecage run --help)",
+                                argv[optind - 1]);
                 if ((r = apply_option(a, c, optarg, err)) < 0)
                         return r;
         }
         if (optind >= argc)
-                return cage_fail(err, -EINVAL, "no command given: codecage run [options] -- CMD [ARGS...]");
+                return cage_fail(err, -EINVAL,
+                                 "no command given: codecage run [options] -- CMD [ARGS...]");
         a->spec.argv = argv + optind;
         if (!a->output_max_set)
                 a->spec.output_max_bytes = a->json ? 65536 : UINT64_MAX;
@@ -306,7 +325,8 @@ static int run_plain(struct run_args *a, struct cage_result *res, struct cage_er
                 write_all(2, res->err.data, res->err.len);
         }
         if (res->status != CAGE_STATUS_OK && res->status != CAGE_STATUS_ERROR)
-                fprintf(stderr, "codecage: %s: %s\n", cage_status_to_string(res->status), res->reason);
+                fprintf(stderr, "codecage: %s: %s\n", cage_status_to_string(res->status),
+                        res->reason);
         else if (res->signal)
                 fprintf(stderr, "codecage: %s\n", res->reason);
         if (res->limits_backend && strcmp(res->limits_backend, "none") == 0)

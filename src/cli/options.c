@@ -16,8 +16,8 @@ int parse_u64_range(const char *opt, const char *s, uint64_t lo, uint64_t hi, ui
         errno = 0;
         unsigned long long v = strtoull(s, &end, 10);
         if (errno || end == s || *end || s[0] == '-' || v < lo || v > hi)
-                return cage_fail(err, -EINVAL, "%s: \"%s\" is not an integer in %llu..%llu", opt,
-                                 s, (unsigned long long)lo, (unsigned long long)hi);
+                return cage_fail(err, -EINVAL, "%s: \"%s\" is not an integer in %llu..%llu", opt, s,
+                                 (unsigned long long)lo, (unsigned long long)hi);
         *ret = v;
         return 0;
 }
@@ -65,11 +65,11 @@ static const struct {
         const char *name;
         uint32_t bit;
 } debug_switches[] = {
-        {"seccomp", CAGE_DEBUG_NO_SECCOMP},    {"caps", CAGE_DEBUG_NO_CAPS_DROP},
-        {"nnp", CAGE_DEBUG_NO_NO_NEW_PRIVS},   {"rootfs", CAGE_DEBUG_HOST_ROOTFS},
+        {"seccomp", CAGE_DEBUG_NO_SECCOMP},     {"caps", CAGE_DEBUG_NO_CAPS_DROP},
+        {"nnp", CAGE_DEBUG_NO_NO_NEW_PRIVS},    {"rootfs", CAGE_DEBUG_HOST_ROOTFS},
         {"proc-mask", CAGE_DEBUG_NO_PROC_MASK}, {"limits", CAGE_DEBUG_NO_LIMITS},
-        {"fds", CAGE_DEBUG_KEEP_FDS},          {"env", CAGE_DEBUG_KEEP_ENV},
-        {"setsid", CAGE_DEBUG_NO_SETSID},      {"pidns", CAGE_DEBUG_NO_PIDNS},
+        {"fds", CAGE_DEBUG_KEEP_FDS},           {"env", CAGE_DEBUG_KEEP_ENV},
+        {"setsid", CAGE_DEBUG_NO_SETSID},       {"pidns", CAGE_DEBUG_NO_PIDNS},
         {"netns", CAGE_DEBUG_NO_NETNS},
 };
 
@@ -85,8 +85,8 @@ int parse_debug_disable(const char *s, uint32_t *ret, struct cage_error *err)
                         if (strcmp(tok, debug_switches[i].name) == 0)
                                 break;
                 if (i == ELEMENTSOF(debug_switches))
-                        return cage_fail(err, -EINVAL,
-                                         "--debug-disable: unknown protection \"%s\"", tok);
+                        return cage_fail(err, -EINVAL, "--debug-disable: unknown protection \"%s\"",
+                                         tok);
                 *ret |= debug_switches[i].bit;
         }
         return 0;

@@ -14,8 +14,7 @@
 int caps_drop_all(void)
 {
         /* Needs CAP_SETPCAP, so before the capsets are cleared. */
-        if (prctl(PR_SET_SECUREBITS, SECBIT_NOROOT | SECBIT_NOROOT_LOCKED |
-                                             SECBIT_NO_SETUID_FIXUP |
+        if (prctl(PR_SET_SECUREBITS, SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
                                              SECBIT_NO_SETUID_FIXUP_LOCKED |
                                              SECBIT_KEEP_CAPS_LOCKED) < 0)
                 return -errno;

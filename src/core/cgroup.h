@@ -37,8 +37,8 @@ struct cgroup_stats {
 /* Where the hierarchies live; tests point these at fake trees. */
 struct cgroup_host {
         enum cgroup_backend backend;
-        char v2_parent[256];  /* v2: directory under which sandboxes are made */
-        char v1_root[256];    /* v1: directory holding memory/, pids/, ... */
+        char v2_parent[256]; /* v2: directory under which sandboxes are made */
+        char v1_root[256];   /* v1: directory holding memory/, pids/, ... */
         bool has_memory, has_pids, has_cpu, has_cpuacct, has_freezer;
 };
 

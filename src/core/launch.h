@@ -13,7 +13,7 @@
 
 #include "codecage/codecage.h"
 
-#define STAGING_ROOT "/tmp" /* where the new root is assembled, in the child's mount ns */
+#define STAGING_ROOT     "/tmp" /* where the new root is assembled, in the child's mount ns */
 #define ROOT_ENTRIES_MAX 64
 
 enum root_entry_kind {
@@ -43,19 +43,19 @@ struct launch_plan {
         bool scratch_workspace; /* /workspace on the scratch tmpfs (no user mount) */
         char scratch_opts[64];  /* tmpfs options with size= for the scratch tmpfs */
         char *const *envp;
-        bool envp_borrowed; /* envp is not ours to free */
+        bool envp_borrowed;   /* envp is not ours to free */
         const char *path_env; /* PATH value used to find argv[0] */
         const struct sock_fprog *seccomp;
         int stdin_fd, stdout_fd, stderr_fd; /* child ends */
         int report_fd;                      /* child -> supervisor, close-on-exec */
         int sync_fd;                        /* supervisor -> child: maps written */
         uint32_t disable;                   /* enum cage_debug_disable */
-        bool rlimit_memory; /* no memory controller: cap address space instead */
+        bool rlimit_memory;                 /* no memory controller: cap address space instead */
 };
 
 /* Bytes the supervisor sends on sync_fd, in this order. */
 #define SYNC_MAPS_WRITTEN 'm'
-#define SYNC_IN_CGROUP 'c'
+#define SYNC_IN_CGROUP    'c'
 
 /* Records the child sends on report_fd; each is one atomic pipe write. */
 enum report_kind {
@@ -80,7 +80,7 @@ _Noreturn void child_fail(const struct launch_plan *plan, const char *step, int 
 /* rootfs.c: builds the new root under STAGING_ROOT and pivots into it.
  * rootfs_open_sources() fills exactly ROOTFS_SOURCE_FDS entries (-1 where
  * unused). */
-#define ROOTFS_DEV_NODES 6
+#define ROOTFS_DEV_NODES  6
 #define ROOTFS_SOURCE_FDS (ROOT_ENTRIES_MAX + CAGE_MOUNTS_MAX + ROOTFS_DEV_NODES)
 int rootfs_open_sources(const struct launch_plan *plan, int *fds, const char **step);
 int rootfs_build(const struct launch_plan *plan, const int *fds, const char **step);

@@ -46,7 +46,7 @@ struct text_sanitizer {
 /* Sanitises `len` bytes of a stream into out (at most 3 * (len + 4) bytes are
  * written; size out accordingly); returns bytes written. flush=true emits
  * whatever incomplete sequence is pending (as U+FFFD). */
-size_t text_sanitizer_feed(struct text_sanitizer *s, const void *in, size_t len,
-                           char *out, bool flush);
+size_t text_sanitizer_feed(struct text_sanitizer *s, const void *in, size_t len, char *out,
+                           bool flush);
 
 #endif

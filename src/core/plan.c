@@ -97,8 +97,8 @@ static int mirror_host(struct launch_plan *plan, const char *path, const char *h
                 target[n] = '\0';
                 return add_entry(plan, ROOT_ENTRY_SYMLINK, path, target) ? 0 : -E2BIG;
         }
-        enum root_entry_kind kind = S_ISDIR(st.st_mode) ? ROOT_ENTRY_DIR_BIND
-                                                        : ROOT_ENTRY_FILE_BIND;
+        enum root_entry_kind kind =
+                S_ISDIR(st.st_mode) ? ROOT_ENTRY_DIR_BIND : ROOT_ENTRY_FILE_BIND;
         if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode))
                 return 0;
         return add_entry(plan, kind, path, host) ? 0 : -E2BIG;
@@ -122,8 +122,7 @@ static int build_host_etc(struct launch_plan *plan)
             (r = add_data(plan, "etc/group", etc_group, sizeof(etc_group) - 1)) < 0 ||
             (r = add_data(plan, "etc/hosts", etc_hosts, sizeof(etc_hosts) - 1)) < 0 ||
             (r = add_data(plan, "etc/resolv.conf", etc_resolv, sizeof(etc_resolv) - 1)) < 0 ||
-            (r = add_data(plan, "etc/nsswitch.conf", etc_nsswitch, sizeof(etc_nsswitch) - 1)) <
-                    0 ||
+            (r = add_data(plan, "etc/nsswitch.conf", etc_nsswitch, sizeof(etc_nsswitch) - 1)) < 0 ||
             (r = add_data(plan, "etc/hostname", etc_hostname, sizeof(etc_hostname) - 1)) < 0)
                 return r;
         if (ld_cache && (r = add_data(plan, "etc/ld.so.cache", ld_cache, ld_cache_len)) < 0)
@@ -187,10 +186,10 @@ static int build_dir_image(struct launch_plan *plan, const char *dir, struct cag
  * unprivileged user open at all need a mask (the others are mode 0400 root
  * and the sandbox user has no capabilities): fewer mounts per launch. */
 static const char *const proc_sensitive[] = {
-        "kcore",      "keys",        "key-users",   "timer_list",  "sched_debug",
-        "latency_stats", "kmsg",     "kpagecount",  "kpageflags",  "kpagecgroup",
-        "sysrq-trigger", "kallsyms", "config.gz",   "vmallocinfo", "pagetypeinfo",
-        "slabinfo",   "buddyinfo",   "zoneinfo",    "mtrr",        "iomem",
+        "kcore",         "keys",      "key-users",  "timer_list",  "sched_debug",
+        "latency_stats", "kmsg",      "kpagecount", "kpageflags",  "kpagecgroup",
+        "sysrq-trigger", "kallsyms",  "config.gz",  "vmallocinfo", "pagetypeinfo",
+        "slabinfo",      "buddyinfo", "zoneinfo",   "mtrr",        "iomem",
 };
 
 static void plan_proc_masks(struct launch_plan *plan)

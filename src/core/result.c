@@ -69,8 +69,7 @@ char *cage_result_to_json(const struct cage_result *r)
         json_object_set_new(o, "truncated", truncation(r));
         json_object_set_new(o, "duration_ms", json_integer((json_int_t)r->duration_ms));
         json_object_set_new(o, "cpu_ms", json_integer((json_int_t)r->cpu_ms));
-        json_object_set_new(o, "peak_memory_bytes",
-                            json_integer((json_int_t)r->peak_memory_bytes));
+        json_object_set_new(o, "peak_memory_bytes", json_integer((json_int_t)r->peak_memory_bytes));
         json_object_set_new(o, "artifacts", json_array());
         json_object_set_new(o, "reason", r->reason[0] ? json_string(r->reason) : json_null());
         json_object_set_new(o, "limits_backend",

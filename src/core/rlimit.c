@@ -1,7 +1,8 @@
 /* Resource limits set in the child before exec. They back up the cgroup
  * limits (and replace them when no cgroup backend is usable): open files,
- * processes (counted per user namespace on current kernels), CPU seconds per process, no core dumps, no locked memory. File size is left to the
- * scratch tmpfs size, so a full disk is ENOSPC rather than SIGXFSZ. */
+ * processes (counted per user namespace on current kernels), CPU seconds per process, no core
+ * dumps, no locked memory. File size is left to the scratch tmpfs size, so a full disk is ENOSPC
+ * rather than SIGXFSZ. */
 #include <errno.h>
 #include <sys/resource.h>
 

@@ -1,11 +1,11 @@
 /* Seccomp policy, compiled with libseccomp at build time (tools/
  * gen-seccomp.c turns it into the BPF program that src/core/seccomp.c
- * installs; nothing of libseccomp is needed at run time). Allow by default, refuse the kernel attack surface a
- * sandboxed program never needs. Denied calls fail with EPERM (so a test can
- * tell "the filter blocked it" from "the kernel refused it" by passing
- * invalid arguments, which the kernel would reject with EINVAL/EFAULT/EBADF);
- * clone3 fails with ENOSYS so libc falls back to clone(2), whose flags the
- * filter can inspect; syscalls of any other ABI (i386, x32) kill the process.
+ * installs; nothing of libseccomp is needed at run time). Allow by default, refuse the kernel
+ * attack surface a sandboxed program never needs. Denied calls fail with EPERM (so a test can tell
+ * "the filter blocked it" from "the kernel refused it" by passing invalid arguments, which the
+ * kernel would reject with EINVAL/EFAULT/EBADF); clone3 fails with ENOSYS so libc falls back to
+ * clone(2), whose flags the filter can inspect; syscalls of any other ABI (i386, x32) kill the
+ * process.
  *
  * Families: keyrings, bpf, perf, userfaultfd, io_uring, the ptrace family,
  * the mount family including the new mount API, namespaces, kexec and
@@ -32,32 +32,72 @@
 
 const char *const cage_seccomp_denied[] = {
         /* keyrings */
-        "add_key", "request_key", "keyctl",
+        "add_key",
+        "request_key",
+        "keyctl",
         /* bpf, perf, userfaultfd, io_uring */
-        "bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter",
+        "bpf",
+        "perf_event_open",
+        "userfaultfd",
+        "io_uring_setup",
+        "io_uring_enter",
         "io_uring_register",
         /* ptrace family */
-        "ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
+        "ptrace",
+        "process_vm_readv",
+        "process_vm_writev",
+        "kcmp",
+        "pidfd_getfd",
         "process_madvise",
         /* mount family, old and new API */
-        "mount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree", "fsopen",
-        "fsconfig", "fsmount", "fspick", "mount_setattr", "open_tree_attr",
+        "mount",
+        "umount2",
+        "pivot_root",
+        "chroot",
+        "move_mount",
+        "open_tree",
+        "fsopen",
+        "fsconfig",
+        "fsmount",
+        "fspick",
+        "mount_setattr",
+        "open_tree_attr",
         /* namespaces */
-        "unshare", "setns",
+        "unshare",
+        "setns",
         /* kexec and modules */
-        "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
+        "kexec_load",
+        "kexec_file_load",
+        "init_module",
+        "finit_module",
+        "delete_module",
         /* host-wide state */
-        "reboot", "swapon", "swapoff", "acct", "settimeofday", "clock_settime",
-        "clock_adjtime", "adjtimex", "syslog", "quotactl", "quotactl_fd", "vhangup",
-        "iopl", "ioperm", "uselib", "nfsservctl", "lookup_dcookie",
+        "reboot",
+        "swapon",
+        "swapoff",
+        "acct",
+        "settimeofday",
+        "clock_settime",
+        "clock_adjtime",
+        "adjtimex",
+        "syslog",
+        "quotactl",
+        "quotactl_fd",
+        "vhangup",
+        "iopl",
+        "ioperm",
+        "uselib",
+        "nfsservctl",
+        "lookup_dcookie",
         /* handle-based opens bypass path checks ("shocker") */
-        "name_to_handle_at", "open_by_handle_at",
+        "name_to_handle_at",
+        "open_by_handle_at",
         NULL,
 };
 
 #define NAMESPACE_FLAGS                                                                            \
-        (CLONE_NEWNS | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC |                \
-         CLONE_NEWUTS | CLONE_NEWCGROUP | CLONE_NEWTIME)
+        (CLONE_NEWNS | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | \
+         CLONE_NEWCGROUP | CLONE_NEWTIME)
 
 static int add_denied_syscalls(scmp_filter_ctx ctx)
 {
@@ -95,8 +135,8 @@ static int add_raw_denied(scmp_filter_ctx ctx)
 }
 
 static const unsigned long namespace_flags[] = {
-        CLONE_NEWNS,  CLONE_NEWUSER,   CLONE_NEWPID,  CLONE_NEWNET,
-        CLONE_NEWIPC, CLONE_NEWUTS,    CLONE_NEWCGROUP, CLONE_NEWTIME,
+        CLONE_NEWNS,  CLONE_NEWUSER, CLONE_NEWPID,    CLONE_NEWNET,
+        CLONE_NEWIPC, CLONE_NEWUTS,  CLONE_NEWCGROUP, CLONE_NEWTIME,
 };
 
 static int add_argument_rules(scmp_filter_ctx ctx)
@@ -106,9 +146,9 @@ static int add_argument_rules(scmp_filter_ctx ctx)
          * x86_64); clone3 hides its flags in memory, so it gets ENOSYS and
          * libc falls back to clone(2). */
         for (size_t i = 0; i < ELEMENTSOF(namespace_flags); i++) {
-                r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1,
-                                     SCMP_A0(SCMP_CMP_MASKED_EQ, namespace_flags[i],
-                                             namespace_flags[i]));
+                r = seccomp_rule_add(
+                        ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1,
+                        SCMP_A0(SCMP_CMP_MASKED_EQ, namespace_flags[i], namespace_flags[i]));
                 if (r < 0)
                         return r;
         }

@@ -30,9 +30,9 @@ static int check_range_u64(struct cage_error *err, const char *field, uint64_t v
 {
         if (v >= lo && v <= hi)
                 return 0;
-        return cage_fail(err, -EINVAL, "%s: %llu %s is out of range (allowed %llu..%llu %s)",
-                         field, (unsigned long long)(v / div), unit,
-                         (unsigned long long)(lo / div), (unsigned long long)(hi / div), unit);
+        return cage_fail(err, -EINVAL, "%s: %llu %s is out of range (allowed %llu..%llu %s)", field,
+                         (unsigned long long)(v / div), unit, (unsigned long long)(lo / div),
+                         (unsigned long long)(hi / div), unit);
 }
 
 /* A path is acceptable inside the sandbox when it is absolute, normalised
@@ -114,8 +114,8 @@ static int validate_limits(const struct cage_spec *s, struct cage_error *err)
                                  SPEC_MEMORY_MAX, "MiB", MIB)) < 0)
                 return r;
         if (!isfinite(s->cpus) || s->cpus < SPEC_CPUS_MIN || s->cpus > SPEC_CPUS_MAX)
-                return cage_fail(err, -EINVAL, "cpus: %g is out of range (allowed %g..%g)",
-                                 s->cpus, SPEC_CPUS_MIN, SPEC_CPUS_MAX);
+                return cage_fail(err, -EINVAL, "cpus: %g is out of range (allowed %g..%g)", s->cpus,
+                                 SPEC_CPUS_MIN, SPEC_CPUS_MAX);
         if ((r = check_range_u64(err, "pids", s->pids, SPEC_PIDS_MIN, SPEC_PIDS_MAX, "", 1)) < 0)
                 return r;
         if ((r = check_range_u64(err, "disk_mib", s->disk_bytes, SPEC_DISK_MIN, SPEC_DISK_MAX,
@@ -131,8 +131,7 @@ static int validate_limits(const struct cage_spec *s, struct cage_error *err)
             (r = check_range_u64(err, "output_max_bytes", s->output_max_bytes, 0,
                                  SPEC_OUTPUT_MAX_MAX, "bytes", 1)) < 0)
                 return r;
-        return check_range_u64(err, "nofile", s->nofile, SPEC_NOFILE_MIN, SPEC_NOFILE_MAX, "",
-                               1);
+        return check_range_u64(err, "nofile", s->nofile, SPEC_NOFILE_MIN, SPEC_NOFILE_MAX, "", 1);
 }
 
 static int validate_debug(const struct cage_spec *s, struct cage_error *err)
@@ -160,8 +159,7 @@ int cage_spec_validate(const struct cage_spec *s, struct cage_error *err)
                                  "image: \"%s\" must be \"host\" or an absolute directory",
                                  s->image ? s->image : "");
         if (!path_is_clean_absolute(s->workdir))
-                return cage_fail(err, -EINVAL,
-                                 "workdir: \"%s\" must be a normalised absolute path",
+                return cage_fail(err, -EINVAL, "workdir: \"%s\" must be a normalised absolute path",
                                  s->workdir ? s->workdir : "");
         if ((r = validate_limits(s, err)) < 0 || (r = validate_env(s, err)) < 0 ||
             (r = validate_mounts(s, err)) < 0)

@@ -31,7 +31,7 @@
 #include "util/fdutil.h"
 
 #define CPU_POLL_MS 50
-#define DRAIN_MS 2000
+#define DRAIN_MS    2000
 
 struct run_state {
         const struct cage_spec *spec;
@@ -47,7 +47,7 @@ struct run_state {
         uint64_t start_ns, deadline_ns;
         bool exited, timed_out, cpu_exceeded, cancelled, flooded;
         bool got_exit_report, setup_failed, exec_failed;
-        int wait_status;      /* from REPORT_EXITED */
+        int wait_status;             /* from REPORT_EXITED */
         struct child_report failure; /* first setup/exec failure */
         struct rusage rusage;
         uint64_t oom_kills;
@@ -100,7 +100,8 @@ static int create_cgroup(struct run_state *st, struct cage_error *err)
 {
         static unsigned counter;
         char name[64];
-        if (st->cg_host.backend == CGROUP_BACKEND_NONE || (st->spec->debug_disable & CAGE_DEBUG_NO_LIMITS))
+        if (st->cg_host.backend == CGROUP_BACKEND_NONE ||
+            (st->spec->debug_disable & CAGE_DEBUG_NO_LIMITS))
                 return 0;
         snprintf(name, sizeof(name), "run-%d-%u", (int)getpid(),
                  __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED));
@@ -162,8 +163,8 @@ static int prepare(struct run_state *st, struct cage_error *err)
         st->plan.privileged = st->slot.privileged;
         if ((r = detect_cgroups(st, err)) < 0)
                 return r;
-        st->plan.rlimit_memory = st->cg_host.backend == CGROUP_BACKEND_NONE ||
-                                 !st->cg_host.has_memory;
+        st->plan.rlimit_memory =
+                st->cg_host.backend == CGROUP_BACKEND_NONE || !st->cg_host.has_memory;
         if ((r = plan_build(&st->plan, st->spec, err)) < 0)
                 return r;
         return make_pipes(st, err);
@@ -347,12 +348,12 @@ static void collect_usage(struct run_state *st, struct cage_result *res)
         if (st->cg && cage_cgroup_stats(st->cg, &s) == 0 && s.cpu_usage_ns)
                 res->cpu_ms = s.cpu_usage_ns / 1000000ULL;
         else
-                res->cpu_ms = (uint64_t)(st->rusage.ru_utime.tv_sec + st->rusage.ru_stime.tv_sec) *
-                                      1000 +
-                              (uint64_t)(st->rusage.ru_utime.tv_usec + st->rusage.ru_stime.tv_usec) /
-                                      1000;
-        res->peak_memory_bytes = s.peak_memory_bytes ? s.peak_memory_bytes
-                                                     : (uint64_t)st->rusage.ru_maxrss * 1024;
+                res->cpu_ms =
+                        (uint64_t)(st->rusage.ru_utime.tv_sec + st->rusage.ru_stime.tv_sec) * 1000 +
+                        (uint64_t)(st->rusage.ru_utime.tv_usec + st->rusage.ru_stime.tv_usec) /
+                                1000;
+        res->peak_memory_bytes =
+                s.peak_memory_bytes ? s.peak_memory_bytes : (uint64_t)st->rusage.ru_maxrss * 1024;
         st->oom_kills = s.oom_kills;
 }
 
@@ -365,8 +366,8 @@ static void judge_exit(struct run_state *st, struct cage_result *res)
         } else if (WIFSIGNALED(ws)) {
                 res->signal = WTERMSIG(ws);
                 res->status = CAGE_STATUS_ERROR;
-                snprintf(res->reason, sizeof(res->reason), "killed by signal %d (%s)",
-                         res->signal, strsignal(res->signal));
+                snprintf(res->reason, sizeof(res->reason), "killed by signal %d (%s)", res->signal,
+                         strsignal(res->signal));
         }
         if (res->status == CAGE_STATUS_ERROR && st->oom_kills) {
                 res->status = CAGE_STATUS_OOM;
@@ -374,8 +375,8 @@ static void judge_exit(struct run_state *st, struct cage_result *res)
                          "out of memory: the memory limit of %llu MiB was reached",
                          (unsigned long long)(st->spec->memory_bytes >> 20));
         }
-        if (res->signal == SIGXCPU ||
-            (res->signal == SIGKILL && st->spec->cpu_time_ms && res->cpu_ms >= st->spec->cpu_time_ms)) {
+        if (res->signal == SIGXCPU || (res->signal == SIGKILL && st->spec->cpu_time_ms &&
+                                       res->cpu_ms >= st->spec->cpu_time_ms)) {
                 res->status = CAGE_STATUS_TIMEOUT;
                 snprintf(res->reason, sizeof(res->reason), "cpu time limit of %llu ms reached",
                          (unsigned long long)st->spec->cpu_time_ms);

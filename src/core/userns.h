@@ -11,9 +11,9 @@
 
 #include "codecage/codecage.h"
 
-#define UID_SLOT_BASE 0x60000000u /* 1610612736: far above any real user */
+#define UID_SLOT_BASE  0x60000000u /* 1610612736: far above any real user */
 #define UID_SLOT_COUNT 65536u
-#define UID_SLOT_DIR "/run/codecage/uid-slots"
+#define UID_SLOT_DIR   "/run/codecage/uid-slots"
 
 struct id_slot {
         bool privileged; /* we are root: maps may name any host uid */

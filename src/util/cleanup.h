@@ -30,22 +30,22 @@ static inline void cleanup_fclosep(FILE **f)
                 fclose(*f);
 }
 
-#define _cleanup_free_ __attribute__((cleanup(cleanup_freep)))
-#define _cleanup_close_ __attribute__((cleanup(cleanup_closep)))
+#define _cleanup_free_   __attribute__((cleanup(cleanup_freep)))
+#define _cleanup_close_  __attribute__((cleanup(cleanup_closep)))
 #define _cleanup_fclose_ __attribute__((cleanup(cleanup_fclosep)))
 
-#define TAKE_PTR(p)                                                            \
-        ({                                                                     \
-                __typeof__(p) taken_ = (p);                                    \
-                (p) = NULL;                                                    \
-                taken_;                                                        \
+#define TAKE_PTR(p)                                                                                \
+        ({                                                                                         \
+                __typeof__(p) taken_ = (p);                                                        \
+                (p) = NULL;                                                                        \
+                taken_;                                                                            \
         })
 
-#define TAKE_FD(fd)                                                            \
-        ({                                                                     \
-                int taken_ = (fd);                                             \
-                (fd) = -1;                                                     \
-                taken_;                                                        \
+#define TAKE_FD(fd)                                                                                \
+        ({                                                                                         \
+                int taken_ = (fd);                                                                 \
+                (fd) = -1;                                                                         \
+                taken_;                                                                            \
         })
 
 #define ELEMENTSOF(a) (sizeof(a) / sizeof((a)[0]))

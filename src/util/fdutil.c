@@ -88,8 +88,7 @@ int close_fds_from(int lowfd, const int *keep, size_t n_keep)
                         if (keep[i] >= start && (next_keep < 0 || keep[i] < next_keep))
                                 next_keep = keep[i];
                 unsigned int end = next_keep < 0 ? ~0U : (unsigned int)next_keep - 1;
-                if (next_keep != start &&
-                    syscall(SYS_close_range, (unsigned int)start, end, 0) < 0)
+                if (next_keep != start && syscall(SYS_close_range, (unsigned int)start, end, 0) < 0)
                         return -errno;
                 if (next_keep < 0)
                         return 0;

@@ -15,37 +15,39 @@ struct test_case {
 
 extern int test_failures_in_case;
 
-#define CHECK(cond)                                                            \
-        do {                                                                   \
-                if (!(cond)) {                                                 \
-                        fprintf(stderr, "  %s:%d: CHECK(%s) failed\n", __FILE__, \
-                                __LINE__, #cond);                              \
-                        test_failures_in_case++;                               \
-                }                                                              \
+#define CHECK(cond)                                                                                \
+        do {                                                                                       \
+                if (!(cond)) {                                                                     \
+                        fprintf(stderr, "  %s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond); \
+                        test_failures_in_case++;                                                   \
+                }                                                                                  \
         } while (0)
 
-#define CHECK_STREQ(a, b)                                                      \
-        do {                                                                   \
-                const char *a_ = (a), *b_ = (b);                               \
-                if (!a_ || !b_ || strcmp(a_, b_) != 0) {                       \
-                        fprintf(stderr, "  %s:%d: \"%s\" != \"%s\"\n", __FILE__,  \
-                                __LINE__, a_ ? a_ : "(null)", b_ ? b_ : "(null)"); \
-                        test_failures_in_case++;                               \
-                }                                                              \
+#define CHECK_STREQ(a, b)                                                                          \
+        do {                                                                                       \
+                const char *a_ = (a), *b_ = (b);                                                   \
+                if (!a_ || !b_ || strcmp(a_, b_) != 0) {                                           \
+                        fprintf(stderr, "  %s:%d: \"%s\" != \"%s\"\n", __FILE__, __LINE__,         \
+                                a_ ? a_ : "(null)", b_ ? b_ : "(null)");                           \
+                        test_failures_in_case++;                                                   \
+                }                                                                                  \
         } while (0)
 
 #define TEST(name) static void name(void)
 
 int test_main(const struct test_case *cases, size_t n);
 
-#define RUN_TESTS(...)                                                         \
-        int test_failures_in_case;                                             \
-        int main(void)                                                         \
-        {                                                                      \
-                static const struct test_case cases_[] = {__VA_ARGS__};        \
-                return test_main(cases_, sizeof(cases_) / sizeof(cases_[0]));  \
+#define RUN_TESTS(...)                                                                             \
+        int test_failures_in_case;                                                                 \
+        int main(void)                                                                             \
+        {                                                                                          \
+                static const struct test_case cases_[] = {__VA_ARGS__};                            \
+                return test_main(cases_, sizeof(cases_) / sizeof(cases_[0]));                      \
         }
 
-#define T(fn) {#fn, fn}
+#define T(fn)                                                                                      \
+        {                                                                                          \
+#fn, fn                                                                            \
+        }
 
 #endif

@@ -24,9 +24,8 @@ TEST(close_fds_keeps_listed_fds_only)
                 int keep[] = {c, 200};
                 if (close_fds_from(3, keep, 2) < 0)
                         _exit(2);
-                _exit(!fd_open(a) && !fd_open(b) && fd_open(c) && fd_open(200) && fd_open(1)
-                              ? 0
-                              : 1);
+                _exit(!fd_open(a) && !fd_open(b) && fd_open(c) && fd_open(200) && fd_open(1) ? 0
+                                                                                             : 1);
         }
         int status;
         waitpid(pid, &status, 0);

@@ -98,9 +98,19 @@ TEST(ordinary_calls_still_work)
 
 TEST(denied_list_names_the_families)
 {
-        const char *want[] = {"bpf", "keyctl", "ptrace", "mount", "fsopen", "io_uring_setup",
-                              "userfaultfd", "perf_event_open", "kexec_load", "init_module",
-                              "unshare", "setns", "open_by_handle_at"};
+        const char *want[] = {"bpf",
+                              "keyctl",
+                              "ptrace",
+                              "mount",
+                              "fsopen",
+                              "io_uring_setup",
+                              "userfaultfd",
+                              "perf_event_open",
+                              "kexec_load",
+                              "init_module",
+                              "unshare",
+                              "setns",
+                              "open_by_handle_at"};
         for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
                 bool found = false;
                 for (size_t j = 0; cage_seccomp_denied[j]; j++)
@@ -124,5 +134,6 @@ TEST(generated_program_matches_the_policy)
         close(fd);
 }
 
-RUN_TESTS(T(program_builds_and_is_cached), T(generated_program_matches_the_policy), T(denied_calls_get_eperm_from_the_filter),
-          T(clone3_gets_enosys), T(ordinary_calls_still_work), T(denied_list_names_the_families))
+RUN_TESTS(T(program_builds_and_is_cached), T(generated_program_matches_the_policy),
+          T(denied_calls_get_eperm_from_the_filter), T(clone3_gets_enosys),
+          T(ordinary_calls_still_work), T(denied_list_names_the_families))

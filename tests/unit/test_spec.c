@@ -108,8 +108,9 @@ TEST(mount_targets_are_checked)
 {
         struct cage_spec s;
         char msg[512];
-        static const char *const bad_targets[] = {"/", "/proc", "/proc/sys", "/dev/x", "/etc",
-                                                  "/usr/lib", "rel", "/a/../b", "/a//b", "/a/."};
+        static const char *const bad_targets[] = {"/",     "/proc",    "/proc/sys", "/dev/x",
+                                                  "/etc",  "/usr/lib", "rel",       "/a/../b",
+                                                  "/a//b", "/a/."};
         for (size_t i = 0; i < sizeof(bad_targets) / sizeof(bad_targets[0]); i++) {
                 good_spec(&s);
                 s.mounts[0] = (struct cage_mount){.source = "/srv", .target = bad_targets[i]};
@@ -157,6 +158,6 @@ TEST(debug_switches_refused_in_normal_builds)
 }
 
 RUN_TESTS(T(defaults_are_secure_and_valid), T(memory_out_of_range_names_field_and_range),
-          T(cpus_must_be_finite_and_in_range), T(pids_disk_timeout_nofile_ranges),
-          T(argv_required), T(image_must_be_host_or_absolute), T(mount_targets_are_checked),
+          T(cpus_must_be_finite_and_in_range), T(pids_disk_timeout_nofile_ranges), T(argv_required),
+          T(image_must_be_host_or_absolute), T(mount_targets_are_checked),
           T(env_entries_need_a_name), T(debug_switches_refused_in_normal_builds))
