@@ -49,6 +49,7 @@ struct launch_plan {
         int stdin_fd, stdout_fd, stderr_fd; /* child ends */
         int report_fd;                      /* child -> supervisor, close-on-exec */
         int sync_fd;                        /* supervisor -> child: maps written */
+        int mount_fds[CAGE_MOUNTS_MAX];     /* idmapped detached mounts, -1: plain bind */
         uint32_t disable;                   /* enum cage_debug_disable */
         bool rlimit_memory;                 /* no memory controller: cap address space instead */
 };

@@ -11,6 +11,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
+#include <linux/mount.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -65,7 +66,9 @@ int rootfs_open_sources(const struct launch_plan *plan, int *fds, const char **s
                 }
         }
         for (size_t i = 0; i < plan->spec->n_mounts; i++) {
-                int fd = open(plan->spec->mounts[i].source, O_PATH | O_CLOEXEC);
+                int fd = plan->mount_fds[i] >= 0
+                                 ? plan->mount_fds[i]
+                                 : open(plan->spec->mounts[i].source, O_PATH | O_CLOEXEC);
                 if (fd < 0) {
                         *step = "open mount source";
                         return -errno;
@@ -293,6 +296,14 @@ static int mkdir_parents(const char *path, bool last_is_dir)
         return 0;
 }
 
+/* Attaches a detached mount the supervisor prepared (idmapped, flags set). */
+static int move_mount_fd(int fd, const char *dst)
+{
+        if (syscall(SYS_move_mount, fd, "", AT_FDCWD, dst, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+                return -errno;
+        return 0;
+}
+
 static int build_user_mounts(const struct launch_plan *plan, const int *fds, const char **step)
 {
         for (size_t i = 0; i < plan->spec->n_mounts; i++) {
@@ -306,7 +317,9 @@ static int build_user_mounts(const struct launch_plan *plan, const int *fds, con
                 int r = staged(dst, sizeof(dst), m->target);
                 if (r == 0)
                         r = mkdir_parents(dst, S_ISDIR(st.st_mode));
-                if (r == 0)
+                if (r == 0 && plan->mount_fds[i] >= 0)
+                        r = move_mount_fd(fd, dst);
+                else if (r == 0)
                         r = bind_fd(fd, dst, MS_NOSUID | MS_NODEV | (m->writable ? 0 : MS_RDONLY),
                                     true);
                 if (r < 0)

@@ -35,9 +35,13 @@ _Noreturn void child_fail(const struct launch_plan *plan, const char *step, int 
 
 static void close_inherited_fds(const struct launch_plan *plan)
 {
-        const int keep[] = {plan->stdin_fd, plan->stdout_fd, plan->stderr_fd, plan->report_fd,
-                            plan->sync_fd};
-        if (!(plan->disable & CAGE_DEBUG_KEEP_FDS) && close_fds_from(3, keep, ELEMENTSOF(keep)) < 0)
+        int keep[5 + CAGE_MOUNTS_MAX] = {plan->stdin_fd, plan->stdout_fd, plan->stderr_fd,
+                                         plan->report_fd, plan->sync_fd};
+        size_t n = 5;
+        for (size_t i = 0; i < plan->spec->n_mounts; i++)
+                if (plan->mount_fds[i] >= 0)
+                        keep[n++] = plan->mount_fds[i];
+        if (!(plan->disable & CAGE_DEBUG_KEEP_FDS) && close_fds_from(3, keep, n) < 0)
                 child_fail(plan, "close inherited fds", errno);
 }
 

@@ -10,7 +10,8 @@
  * Families: keyrings, bpf, perf, userfaultfd, io_uring, the ptrace family,
  * the mount family including the new mount API, namespaces, kexec and
  * modules, time setting, swap/reboot/acct, handle-based opens, TIOCSTI and
- * TIOCLINUX, and AF_VSOCK sockets (vsock is not isolated by network
+ * TIOCLINUX, setuid/setgid mode bits (see add_setid_mode_rules), and
+ * AF_VSOCK sockets (vsock is not isolated by network
  * namespaces: it would reach the hypervisor host). */
 #include "seccomp_policy.h"
 
@@ -23,6 +24,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <linux/seccomp.h>
 #include <unistd.h>
@@ -139,6 +141,49 @@ static const unsigned long namespace_flags[] = {
         CLONE_NEWIPC, CLONE_NEWUTS,  CLONE_NEWCGROUP, CLONE_NEWTIME,
 };
 
+/* Where the mode argument sits for calls that set file modes. */
+static const struct {
+        const char *name;
+        int nr_fallback; /* x86_64 number when libseccomp does not know it */
+        unsigned arg;
+} mode_calls[] = {
+        {"chmod", -1, 1},   {"fchmod", -1, 1}, {"fchmodat", -1, 2}, {"fchmodat2", 452, 2},
+        {"open", -1, 2},    {"openat", -1, 3}, {"creat", -1, 1},    {"mkdir", -1, 1},
+        {"mkdirat", -1, 2}, {"mknod", -1, 1},  {"mknodat", -1, 2},
+};
+
+/* No setuid/setgid bits: on an idmapped mount the sandbox user is the
+ * host owner of the files (often root), and a setuid-root file it made
+ * would be a privilege escalation for whoever runs it on the host. openat2
+ * hides its mode in memory, so it gets ENOSYS (libc does not need it). */
+static int add_setid_mode_rules(scmp_filter_ctx ctx)
+{
+        static const unsigned long bits[] = {S_ISUID, S_ISGID};
+        for (size_t i = 0; i < ELEMENTSOF(mode_calls); i++) {
+                int nr = seccomp_syscall_resolve_name(mode_calls[i].name);
+                if (nr == __NR_SCMP_ERROR)
+                        nr = mode_calls[i].nr_fallback;
+                if (nr < 0)
+                        continue;
+                for (size_t b = 0; b < ELEMENTSOF(bits); b++) {
+                        struct scmp_arg_cmp cmp = {.arg = mode_calls[i].arg,
+                                                   .op = SCMP_CMP_MASKED_EQ,
+                                                   .datum_a = bits[b],
+                                                   .datum_b = bits[b]};
+                        int r = seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(EPERM), nr, 1, &cmp);
+                        if (r < 0)
+                                return r;
+                }
+        }
+#ifdef __x86_64__
+        int openat2 = seccomp_syscall_resolve_name("openat2");
+        return seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS),
+                                openat2 != __NR_SCMP_ERROR ? openat2 : 437, 0);
+#else
+        return 0;
+#endif
+}
+
 static int add_argument_rules(scmp_filter_ctx ctx)
 {
         int r;
@@ -164,8 +209,11 @@ static int add_argument_rules(scmp_filter_ctx ctx)
                 if (r < 0)
                         return r;
         }
-        return seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socket), 1,
-                                SCMP_A0(SCMP_CMP_EQ, AF_VSOCK));
+        r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socket), 1,
+                             SCMP_A0(SCMP_CMP_EQ, AF_VSOCK));
+        if (r < 0)
+                return r;
+        return add_setid_mode_rules(ctx);
 }
 
 int cage_seccomp_policy_export(int fd, struct cage_error *err)

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "cgroup.h"
+#include "idmap.h"
 #include "output.h"
 #include "plan.h"
 #include "sandbox.h"
@@ -149,6 +150,29 @@ static void close_child_ends(struct run_state *st)
                 close_fd(&st->plan.stdin_fd);
 }
 
+/* As root, user mounts are idmapped so their owner is the sandbox user
+ * (whose host uid is a per-run slot); where the kernel or filesystem cannot
+ * idmap, a plain bind is used and the directory's own permissions apply. */
+static void prepare_mounts(struct run_state *st)
+{
+        for (size_t i = 0; i < CAGE_MOUNTS_MAX; i++)
+                st->plan.mount_fds[i] = -1;
+        if (!st->slot.privileged)
+                return;
+        for (size_t i = 0; i < st->spec->n_mounts; i++) {
+                const struct cage_mount *m = &st->spec->mounts[i];
+                int fd = idmap_mount_open(m->source, st->slot.host_uid, st->slot.host_gid,
+                                          m->writable, NULL);
+                st->plan.mount_fds[i] = fd >= 0 ? fd : -1;
+        }
+}
+
+static void close_mount_fds(struct run_state *st)
+{
+        for (size_t i = 0; i < CAGE_MOUNTS_MAX; i++)
+                close_fd(&st->plan.mount_fds[i]);
+}
+
 static int prepare(struct run_state *st, struct cage_error *err)
 {
         int r;
@@ -167,6 +191,7 @@ static int prepare(struct run_state *st, struct cage_error *err)
                 st->cg_host.backend == CGROUP_BACKEND_NONE || !st->cg_host.has_memory;
         if ((r = plan_build(&st->plan, st->spec, err)) < 0)
                 return r;
+        prepare_mounts(st);
         return make_pipes(st, err);
 }
 
@@ -438,6 +463,7 @@ static void teardown(struct run_state *st)
         close_fd(&st->report_r);
         close_fd(&st->sync_w);
         close_child_ends(st);
+        close_mount_fds(st);
         plan_free(&st->plan);
         cage_id_slot_release(&st->slot);
         output_capture_free(&st->cap_out);
@@ -471,6 +497,7 @@ static int launch_and_watch(struct run_state *st, struct cage_result *res, struc
                 return cage_fail(err, r, "clone into new namespaces");
         }
         close_child_ends(st);
+        close_mount_fds(st);
         st->start_ns = now_ns();
         st->deadline_ns = st->start_ns + st->spec->timeout_ms * 1000000ULL;
         r = start_child(st, err);
@@ -500,6 +527,8 @@ int cage_run(const struct cage_spec *spec, const struct cage_run_options *opts,
                                         .stderr_fd = -1,
                                         .report_fd = -1,
                                         .sync_fd = -1}};
+        for (size_t i = 0; i < CAGE_MOUNTS_MAX; i++)
+                st.plan.mount_fds[i] = -1;
         memset(res, 0, sizeof(*res));
         uint64_t t0 = now_ns();
         int r = cage_spec_validate(spec, err);

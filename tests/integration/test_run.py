@@ -4,6 +4,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -324,3 +325,34 @@ def test_concurrent_runs_are_independent(cage):
     for i, r in results:
         assert r["status"] == "ok"
         assert r["stdout"].split()[0] == str(i)
+
+
+def test_unprivileged_caller_maps_its_own_uid(cage, tmp_path):
+    """As a normal user codecage maps the caller's uid (bubblewrap-style) and,
+    with no writable cgroup, says limits fell back to rlimits."""
+    if shutil.which("setpriv") is None:
+        pytest.fail("setpriv (util-linux) is required")
+    d = Path(tempfile.mkdtemp(prefix="codecage-nonroot-"))
+    try:
+        d.chmod(0o755)
+        binary = d / "codecage"
+        shutil.copy2(cage.binary, binary)
+        binary.chmod(0o755)
+        p = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                            str(binary), "run", "--json", "--memory", "64", "--",
+                            "/bin/sh", "-c", "id -u; cat /proc/self/uid_map"],
+                           capture_output=True, timeout=30, cwd=d)
+        assert p.returncode == 0, p.stderr
+        r = json.loads(p.stdout)
+        assert r["status"] == "ok"
+        lines = r["stdout"].split("\n")
+        assert lines[0] == "1000"
+        assert lines[1].split() == ["1000", "65534", "1"]
+        assert r["limits_backend"] == "none"
+        oom = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                              str(binary), "run", "--json", "--memory", "64", "--",
+                              PY, "-c", "b = bytearray(512 << 20)"],
+                             capture_output=True, timeout=30, cwd=d)
+        assert "MemoryError" in json.loads(oom.stdout)["stderr"]
+    finally:
+        shutil.rmtree(d, ignore_errors=True)

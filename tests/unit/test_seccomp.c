@@ -5,7 +5,10 @@
 #include <stdbool.h>
 #include <sched.h>
 #include <signal.h>
+#include <fcntl.h>
+#include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -67,6 +70,30 @@ static int mount_and_unshare_are_eperm(void)
 static int ordinary_calls_work(void)
 {
         return getpid() > 0 && syscall(SYS_getppid) > 0 && access("/", R_OK) == 0 ? 0 : 1;
+}
+
+static int setuid_modes_refused(void)
+{
+        char path[] = "/tmp/codecage-seccomp-XXXXXX";
+        int fd = mkstemp(path);
+        if (fd < 0)
+                return 2;
+        bool ok = chmod(path, 0755) == 0;                    /* plain modes work */
+        ok = ok && chmod(path, 04755) < 0 && errno == EPERM; /* setuid refused */
+        ok = ok && fchmod(fd, 02755) < 0 && errno == EPERM;  /* setgid refused */
+        ok = ok && fchmodat(AT_FDCWD, path, 06755, 0) < 0 && errno == EPERM;
+        int fd2 = open("/tmp/codecage-seccomp-suid", O_CREAT | O_WRONLY | O_CLOEXEC, 04755);
+        ok = ok && fd2 < 0 && errno == EPERM;
+        ok = ok && mkdir("/tmp/codecage-seccomp-sgid", 02755) < 0 && errno == EPERM;
+        ok = ok && syscall(SYS_openat2, AT_FDCWD, path, NULL, 0) < 0 && errno == ENOSYS;
+        close(fd);
+        unlink(path);
+        return ok ? 0 : 1;
+}
+
+TEST(setuid_and_setgid_modes_are_refused)
+{
+        CHECK(under_filter(setuid_modes_refused) == 0);
 }
 
 TEST(program_builds_and_is_cached)
@@ -136,4 +163,5 @@ TEST(generated_program_matches_the_policy)
 
 RUN_TESTS(T(program_builds_and_is_cached), T(generated_program_matches_the_policy),
           T(denied_calls_get_eperm_from_the_filter), T(clone3_gets_enosys),
-          T(ordinary_calls_still_work), T(denied_list_names_the_families))
+          T(setuid_and_setgid_modes_are_refused), T(ordinary_calls_still_work),
+          T(denied_list_names_the_families))
