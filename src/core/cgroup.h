@@ -65,4 +65,10 @@ int cage_cgroup_kill(struct cage_cgroup *cg);
  * Accepts NULL. Returns the first error but always frees. */
 int cage_cgroup_destroy(struct cage_cgroup *cg);
 
+/* Sandbox groups are named CGROUP_RUN_PREFIX "<supervisor pid>-<n>". */
+#define CGROUP_RUN_PREFIX "run-"
+
+/* Removes groups whose supervisor process no longer exists (cgroup_sweep.c). */
+void cage_cgroup_sweep_stale(const struct cgroup_host *host);
+
 #endif

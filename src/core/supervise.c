@@ -87,8 +87,11 @@ static struct cage_error cached_host_err;
 static int detect_cgroups(struct run_state *st, struct cage_error *err)
 {
         /* Host detection does a few filesystem probes: once per process. */
-        if (cached_host_r > 0)
+        if (cached_host_r > 0) {
                 cached_host_r = cage_cgroup_host_detect(&cached_host, &cached_host_err);
+                if (cached_host_r == 0)
+                        cage_cgroup_sweep_stale(&cached_host);
+        }
         if (cached_host_r < 0) {
                 *err = cached_host_err;
                 return cached_host_r;
@@ -104,7 +107,7 @@ static int create_cgroup(struct run_state *st, struct cage_error *err)
         if (st->cg_host.backend == CGROUP_BACKEND_NONE ||
             (st->spec->debug_disable & CAGE_DEBUG_NO_LIMITS))
                 return 0;
-        snprintf(name, sizeof(name), "run-%d-%u", (int)getpid(),
+        snprintf(name, sizeof(name), CGROUP_RUN_PREFIX "%d-%u", (int)getpid(),
                  __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED));
         struct cgroup_limits lim = {.memory_bytes = st->spec->memory_bytes,
                                     .cpus = st->spec->cpus,

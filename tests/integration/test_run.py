@@ -356,3 +356,41 @@ def test_unprivileged_caller_maps_its_own_uid(cage, tmp_path):
         assert "MemoryError" in json.loads(oom.stdout)["stderr"]
     finally:
         shutil.rmtree(d, ignore_errors=True)
+
+
+def _pids_with_marker(marker):
+    found = []
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            if marker.encode() in (p / "cmdline").read_bytes():
+                found.append(int(p.name))
+        except OSError:
+            pass
+    return found
+
+
+def test_killing_codecage_kills_the_sandbox(cage):
+    """kill -9 of the supervisor: the parent-death signal takes pid 1 and so
+    the whole pid namespace with it, background daemons included."""
+    marker = f"codecage-marker-{os.getpid()}-{time.monotonic_ns()}"
+    nap = f"/usr/bin/python3 -c 'import time; time.sleep(1000)' {marker}"
+    script = f"({nap} &) ; setsid {nap} & exec {nap}"
+    proc = subprocess.Popen([str(cage.binary), "run", "--", "/bin/sh", "-c", script],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while len(_pids_with_marker(marker)) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(_pids_with_marker(marker)) >= 3
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 5
+    while _pids_with_marker(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _pids_with_marker(marker) == []
+    # Its cgroup outlived it; the next codecage start sweeps it away.
+    stale = [p for p in leftover_cgroups() if p.name.startswith(f"run-{proc.pid}-")]
+    assert stale, "expected the killed run to leave its cgroup behind"
+    cage.run(["/bin/true"])
+    assert leftover_cgroups() == []
