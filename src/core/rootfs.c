@@ -178,9 +178,14 @@ static int build_proc(const struct launch_plan *plan, const int *fds, const char
         *step = "mount /proc";
         if (mkdir(proc, 0555) < 0 && errno != EEXIST)
                 return -errno;
-        /* A fresh procfs shows only this pid namespace. */
-        if (mount("proc", proc, "proc", PROC_FLAGS, NULL) < 0)
+        /* A fresh procfs shows only this pid namespace. (Debug builds
+         * without a pid namespace may not mount one: bind the host's.) */
+        if (plan->disable & CAGE_DEBUG_NO_PIDNS) {
+                if (mount("/proc", proc, NULL, MS_BIND | MS_REC, NULL) < 0)
+                        return -errno;
+        } else if (mount("proc", proc, "proc", PROC_FLAGS, NULL) < 0) {
                 return -errno;
+        }
         if (plan->disable & CAGE_DEBUG_NO_PROC_MASK)
                 return 0;
         *step = "mask /proc entries";
