@@ -43,7 +43,14 @@ struct launch_plan {
         bool scratch_workspace; /* /workspace on the scratch tmpfs (no user mount) */
         char scratch_opts[64];  /* tmpfs options with size= for the scratch tmpfs */
         char *const *envp;
-        bool envp_borrowed;   /* envp is not ours to free */
+        bool envp_borrowed; /* envp is not ours to free */
+        /* Copies of spec->argv and spec->workdir (the spec's strings may live
+         * in the supervisor's argv area, which init wipes), and that area,
+         * which /proc/1/cmdline would otherwise show to the sandbox. */
+        char *const *argv;
+        const char *workdir;
+        char *strings; /* owns argv, workdir and (unless borrowed) envp strings */
+        uintptr_t arg_start, arg_end;
         const char *path_env; /* PATH value used to find argv[0] */
         const struct sock_fprog *seccomp;
         int stdin_fd, stdout_fd, stderr_fd; /* child ends */
@@ -64,6 +71,7 @@ enum report_kind {
         REPORT_EXEC_FAILED = 2,  /* value = errno of execve */
         REPORT_EXITED = 3,       /* value = wait status of the program */
         REPORT_STARTED = 4,      /* the program's pid inside (sent before exec) */
+        REPORT_BAD_MOUNT = 5,    /* value = errno; step = "mounts[i].target" */
 };
 
 struct child_report {
@@ -84,12 +92,15 @@ _Noreturn void child_fail(const struct launch_plan *plan, const char *step, int 
 #define ROOTFS_DEV_NODES  6
 #define ROOTFS_SOURCE_FDS (ROOT_ENTRIES_MAX + CAGE_MOUNTS_MAX + ROOTFS_DEV_NODES)
 int rootfs_open_sources(const struct launch_plan *plan, int *fds, const char **step);
-int rootfs_build(const struct launch_plan *plan, const int *fds, const char **step);
+/* On a mount point that cannot be made (a read-only or non-directory
+ * parent in the image: the caller's mistake), *bad_mount is its index. */
+int rootfs_build(const struct launch_plan *plan, const int *fds, const char **step, int *bad_mount);
 int rootfs_pivot(const char **step);
 
 /* caps.c / rlimit.c */
 int caps_drop_all(void);
 int rlimits_apply(const struct launch_plan *plan, const char **step);
+int rlimit_memory_fallback(const struct launch_plan *plan);
 
 /* init.c: pid 1 inside the sandbox: starts the program, reaps, reports. */
 _Noreturn void init_run(const struct launch_plan *plan);

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <linux/mount.h>
+#include <linux/openat2.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -278,62 +279,112 @@ static int build_scratch(const struct launch_plan *plan, const char **step)
         return 0;
 }
 
-/* Creates the mount point (and its parents) inside the staging root. */
-static int mkdir_parents(const char *path, bool last_is_dir)
+static int open_in_root(int rootfd, const char *rel, uint64_t flags)
 {
-        char p[PATH_MAX];
-        size_t base = strlen(STAGING_ROOT) + 1;
-        if (strlen(path) >= sizeof(p))
-                return -ENAMETOOLONG;
-        strcpy(p, path);
-        for (char *s = p + base; (s = strchr(s, '/')); s++) {
-                *s = '\0';
-                if (mkdir(p, 0755) < 0 && errno != EEXIST)
-                        return -errno;
-                *s = '/';
-        }
-        if (last_is_dir)
-                return mkdir(p, 0755) < 0 && errno != EEXIST ? -errno : 0;
-        int fd = open(p, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+        /* Symlinks resolve as if the staging root were "/": an image's
+         * "evil -> /var/tmp" can never lead the launcher to the host. */
+        struct open_how how = {.flags = flags | O_CLOEXEC,
+                               .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS};
+        int fd = (int)syscall(SYS_openat2, rootfd, rel, &how, sizeof(how));
+        return fd < 0 ? -errno : fd;
+}
+
+/* Creates `name` in dirfd as a directory or an empty file; EEXIST is fine. */
+static int create_entry(int dirfd, const char *name, bool dir)
+{
+        if (dir)
+                return mkdirat(dirfd, name, 0755) < 0 && errno != EEXIST ? -errno : 0;
+        int fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
         if (fd < 0)
-                return -errno;
+                return errno == EEXIST ? 0 : -errno;
         close(fd);
         return 0;
 }
 
-/* Attaches a detached mount the supervisor prepared (idmapped, flags set). */
-static int move_mount_fd(int fd, const char *dst)
+/* Returns an O_PATH fd of `target` (absolute, inside the sandbox) under
+ * rootfd, creating missing parents and the final entry (a directory or an
+ * empty file). Every step resolves inside the root. */
+static int mount_point_fd(int rootfd, const char *target, bool is_dir)
 {
-        if (syscall(SYS_move_mount, fd, "", AT_FDCWD, dst, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+        char path[PATH_MAX];
+        if (strlen(target) >= sizeof(path))
+                return -ENAMETOOLONG;
+        strcpy(path, target + 1);
+        int parent = open_in_root(rootfd, ".", O_PATH | O_DIRECTORY);
+        for (char *comp = path; parent >= 0 && *comp;) {
+                char *slash = strchr(comp, '/');
+                bool last = !slash;
+                uint64_t want = O_PATH | (last && !is_dir ? 0 : O_DIRECTORY);
+                if (slash)
+                        *slash = '\0';
+                int fd = open_in_root(rootfd, path, want);
+                if (fd == -ENOENT) {
+                        int r = create_entry(parent, comp, !last || is_dir);
+                        fd = r < 0 ? r : open_in_root(rootfd, path, want);
+                }
+                close(parent);
+                parent = fd;
+                if (last)
+                        break;
+                *slash = '/';
+                comp = slash + 1;
+        }
+        return parent;
+}
+
+/* Clones src_fd's tree, applies the flags, attaches it at target_fd. */
+static int attach_tree(int src_fd, int target_fd, uint64_t attrs, bool clone)
+{
+        _cleanup_close_ int tree = -1;
+        if (clone) {
+                tree = (int)syscall(SYS_open_tree, src_fd, "",
+                                    OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH |
+                                            AT_RECURSIVE);
+                if (tree < 0)
+                        return -errno;
+                struct mount_attr attr = {.attr_set = attrs};
+                if (syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr,
+                            sizeof(attr)) < 0)
+                        return -errno;
+                src_fd = tree;
+        }
+        if (syscall(SYS_move_mount, src_fd, "", target_fd, "",
+                    MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
                 return -errno;
         return 0;
 }
 
-static int build_user_mounts(const struct launch_plan *plan, const int *fds, const char **step)
+static int build_user_mounts(const struct launch_plan *plan, const int *fds, const char **step,
+                             int *bad_mount)
 {
+        _cleanup_close_ int rootfd = open(STAGING_ROOT, O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (rootfd < 0)
+                return -errno;
         for (size_t i = 0; i < plan->spec->n_mounts; i++) {
                 const struct cage_mount *m = &plan->spec->mounts[i];
                 int fd = fds[FD_INDEX_MOUNT(plan, i)];
+                bool prepared = plan->mount_fds[i] >= 0; /* idmapped, flags set */
                 struct stat st;
-                char dst[PATH_MAX];
                 *step = "user mount";
                 if (fstat(fd, &st) < 0)
                         return -errno;
-                int r = staged(dst, sizeof(dst), m->target);
-                if (r == 0)
-                        r = mkdir_parents(dst, S_ISDIR(st.st_mode));
-                if (r == 0 && plan->mount_fds[i] >= 0)
-                        r = move_mount_fd(fd, dst);
-                else if (r == 0)
-                        r = bind_fd(fd, dst, MS_NOSUID | MS_NODEV | (m->writable ? 0 : MS_RDONLY),
-                                    true);
+                *step = "user mount point";
+                _cleanup_close_ int target = mount_point_fd(rootfd, m->target, S_ISDIR(st.st_mode));
+                if (target < 0) {
+                        *bad_mount = (int)i;
+                        return target;
+                }
+                *step = "user mount";
+                uint64_t attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
+                                 (m->writable ? 0 : MOUNT_ATTR_RDONLY);
+                int r = attach_tree(fd, target, attrs, !prepared);
                 if (r < 0)
                         return r;
         }
         return 0;
 }
 
-int rootfs_build(const struct launch_plan *plan, const int *fds, const char **step)
+int rootfs_build(const struct launch_plan *plan, const int *fds, const char **step, int *bad_mount)
 {
         int r;
         *step = "make mounts private";
@@ -349,7 +400,8 @@ int rootfs_build(const struct launch_plan *plan, const int *fds, const char **st
                         return r;
         }
         if ((r = build_proc(plan, fds, step)) < 0 || (r = build_dev(plan, fds, step)) < 0 ||
-            (r = build_scratch(plan, step)) < 0 || (r = build_user_mounts(plan, fds, step)) < 0)
+            (r = build_scratch(plan, step)) < 0 ||
+            (r = build_user_mounts(plan, fds, step, bad_mount)) < 0)
                 return r;
         *step = "remount root read-only";
         /* Last: every mount point exists now, and nothing may add more. */

@@ -47,7 +47,7 @@ struct run_state {
         struct output_capture cap_out, cap_err;
         uint64_t start_ns, deadline_ns;
         bool exited, timed_out, cpu_exceeded, cancelled, flooded;
-        bool got_exit_report, setup_failed, exec_failed;
+        bool got_exit_report, setup_failed, exec_failed, bad_mount;
         int wait_status;             /* from REPORT_EXITED */
         struct child_report failure; /* first setup/exec failure */
         struct rusage rusage;
@@ -268,8 +268,11 @@ static void read_reports(struct run_state *st)
         if (rep.kind == REPORT_EXITED) {
                 st->got_exit_report = true;
                 st->wait_status = rep.value;
+        } else if (rep.kind == REPORT_BAD_MOUNT && !st->bad_mount) {
+                st->failure = rep;
+                st->bad_mount = true;
         } else if ((rep.kind == REPORT_SETUP_FAILED || rep.kind == REPORT_EXEC_FAILED) &&
-                   !st->setup_failed && !st->exec_failed) {
+                   !st->setup_failed && !st->exec_failed && !st->bad_mount) {
                 st->failure = rep;
                 if (rep.kind == REPORT_SETUP_FAILED)
                         st->setup_failed = true;
@@ -452,6 +455,18 @@ static void judge(struct run_state *st, struct cage_result *res)
                          st->spec->argv[0], strerror(st->failure.value));
 }
 
+static int bad_mount_error(const struct run_state *st, struct cage_error *err)
+{
+        int i = -1;
+        sscanf(st->failure.step, "mounts[%d]", &i);
+        const char *target =
+                i >= 0 && (size_t)i < st->spec->n_mounts ? st->spec->mounts[i].target : "?";
+        return cage_fail(err, -EINVAL,
+                         "%s \"%s\": cannot make the mount point in this image (%s); mount "
+                         "at a new path or in a writable directory",
+                         st->failure.step, target, strerror(st->failure.value));
+}
+
 static void teardown(struct run_state *st)
 {
         if (st->pid > 0 && !st->exited) {
@@ -541,6 +556,12 @@ int cage_run(const struct cage_spec *spec, const struct cage_run_options *opts,
                 return r;
         struct cage_error launch_err = {0};
         r = launch_and_watch(&st, res, &launch_err);
+        if (r == 0 && st.bad_mount) {
+                r = bad_mount_error(&st, err);
+                teardown(&st);
+                cage_result_free(res);
+                return r;
+        }
         if (r < 0) {
                 internal_error(res, &launch_err);
         } else {
