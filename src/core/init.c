@@ -57,9 +57,9 @@ static void reset_signals(void)
 /* execve along the sandbox's own PATH (execvpe would search ours). */
 static int exec_program(const struct launch_plan *plan)
 {
-        const char *file = plan->spec->argv[0];
+        const char *file = plan->argv[0];
         if (strchr(file, '/')) {
-                execve(file, plan->spec->argv, plan->envp);
+                execve(file, plan->argv, plan->envp);
                 return -errno;
         }
         int saved = -ENOENT;
@@ -68,7 +68,7 @@ static int exec_program(const struct launch_plan *plan)
                 char path[4096];
                 int n = snprintf(path, sizeof(path), "%.*s/%s", (int)(end - p), p, file);
                 if (n > 0 && (size_t)n < sizeof(path) && end > p) {
-                        execve(path, plan->spec->argv, plan->envp);
+                        execve(path, plan->argv, plan->envp);
                         if (errno != ENOENT && errno != ENOTDIR)
                                 saved = -errno;
                 }
@@ -85,8 +85,12 @@ static _Noreturn void program_main(const struct launch_plan *plan)
                 send_report(plan, REPORT_SETUP_FAILED, -r, "stdio");
                 _exit(127);
         }
-        if (chdir(plan->spec->workdir) < 0) {
+        if (chdir(plan->workdir) < 0) {
                 send_report(plan, REPORT_EXEC_FAILED, errno, "chdir to workdir");
+                _exit(127);
+        }
+        if ((r = rlimit_memory_fallback(plan)) < 0) {
+                send_report(plan, REPORT_SETUP_FAILED, -r, "rlimit as");
                 _exit(127);
         }
         r = exec_program(plan);
@@ -96,6 +100,10 @@ static _Noreturn void program_main(const struct launch_plan *plan)
 
 _Noreturn void init_run(const struct launch_plan *plan)
 {
+        /* Our argv area is the supervisor's command line (/proc/1/cmdline,
+         * which anyone may read): wipe our copy. Nothing below reads it. */
+        if (plan->arg_end > plan->arg_start)
+                memset((void *)plan->arg_start, 0, plan->arg_end - plan->arg_start);
         /* vfork: no copy of init's page tables, and glibc's vfork runs no
          * atfork handlers; the child only sets up fds and execs. */
         pid_t program = vfork();

@@ -223,6 +223,65 @@ static bool env_overridden(const struct cage_spec *spec, const char *def)
         return false;
 }
 
+/* The supervisor's argv area ([arg_start, arg_end) of /proc/self/stat),
+ * which init, a copy of the supervisor, wipes before the program starts. */
+static void find_arg_area(struct launch_plan *plan)
+{
+        _cleanup_close_ int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+        char buf[2048];
+        ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+        plan->arg_start = plan->arg_end = 0;
+        if (n <= 0)
+                return;
+        buf[n] = '\0';
+        char *p = strrchr(buf, ')'); /* comm may hold spaces */
+        if (!p)
+                return;
+        unsigned long long start = 0, end = 0;
+        /* p + 2 is field 3; arg_start and arg_end are fields 48 and 49. */
+        p += 2;
+        for (int field = 3; field < 48 && p; field++)
+                if ((p = strchr(p, ' ')))
+                        p++;
+        if (p && sscanf(p, "%llu %llu", &start, &end) == 2 && end > start)
+                plan->arg_start = (uintptr_t)start, plan->arg_end = (uintptr_t)end;
+}
+
+static char *copy_str(char **pos, const char *s)
+{
+        size_t n = strlen(s) + 1;
+        char *d = memcpy(*pos, s, n);
+        *pos += n;
+        return d;
+}
+
+/* Copies what the program's exec needs out of the spec (whose strings may
+ * sit in the argv area init wipes): argv, workdir and the env strings. */
+static int copy_exec_strings(struct launch_plan *plan, const struct cage_spec *spec,
+                             const char **envp, size_t n_env)
+{
+        size_t argc = 0, bytes = strlen(spec->workdir) + 1;
+        while (spec->argv[argc])
+                bytes += strlen(spec->argv[argc++]) + 1;
+        for (size_t i = 0; i < n_env; i++)
+                bytes += strlen(envp[i]) + 1;
+        char **argv = calloc(argc + 1, sizeof(*argv));
+        char *pos = malloc(bytes);
+        if (!argv || !pos) {
+                free(argv);
+                free(pos);
+                return -ENOMEM;
+        }
+        plan->strings = pos;
+        for (size_t i = 0; i < argc; i++)
+                argv[i] = copy_str(&pos, spec->argv[i]);
+        plan->argv = argv;
+        plan->workdir = copy_str(&pos, spec->workdir);
+        for (size_t i = 0; i < n_env; i++)
+                envp[i] = copy_str(&pos, envp[i]);
+        return 0;
+}
+
 /* The environment is rebuilt from nothing: fixed defaults, then the spec's
  * variables (which win). Nothing of the supervisor's environment leaks. */
 static int build_env(struct launch_plan *plan, const struct cage_spec *spec)
@@ -232,7 +291,7 @@ static int build_env(struct launch_plan *plan, const struct cage_spec *spec)
                 plan->envp = environ;
                 plan->envp_borrowed = true;
                 plan->path_env = getenv("PATH");
-                return 0;
+                return copy_exec_strings(plan, spec, NULL, 0);
         }
         size_t n = 0, max = ELEMENTSOF(default_env) + spec->n_env + 1;
         const char **envp = calloc(max, sizeof(*envp));
@@ -244,6 +303,11 @@ static int build_env(struct launch_plan *plan, const struct cage_spec *spec)
         for (size_t i = 0; i < spec->n_env; i++)
                 envp[n++] = spec->env[i];
         envp[n] = NULL;
+        int r = copy_exec_strings(plan, spec, envp, n);
+        if (r < 0) {
+                free(envp);
+                return r;
+        }
         plan->path_env = NULL;
         for (size_t i = 0; i < n; i++)
                 if (strncmp(envp[i], "PATH=", 5) == 0)
@@ -305,6 +369,7 @@ int plan_build(struct launch_plan *plan, const struct cage_spec *spec, struct ca
                  (unsigned long long)size);
         if ((r = build_env(plan, spec)) < 0)
                 return cage_fail(err, r, "building the environment");
+        find_arg_area(plan);
         return 0;
 }
 
@@ -313,4 +378,8 @@ void plan_free(struct launch_plan *plan)
         if (!plan->envp_borrowed)
                 free((void *)plan->envp);
         plan->envp = NULL;
+        free((void *)plan->argv);
+        free(plan->strings);
+        plan->argv = NULL;
+        plan->strings = NULL;
 }

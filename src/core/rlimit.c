@@ -35,11 +35,6 @@ int rlimits_apply(const struct launch_plan *plan, const char **step)
         *step = "rlimit msgqueue";
         if ((r = set_limit(RLIMIT_MSGQUEUE, 64 * 1024)) < 0)
                 return r;
-        /* Without a memory cgroup, address space is the nearest stand-in
-         * (coarser: it counts mappings, not resident memory). */
-        *step = "rlimit as";
-        if (plan->rlimit_memory && (r = set_limit(RLIMIT_AS, s->memory_bytes)) < 0)
-                return r;
         if (s->cpu_time_ms) {
                 /* Whole seconds, rounded up; the supervisor enforces the
                  * exact total for the whole tree through the cgroup. */
@@ -50,4 +45,14 @@ int rlimits_apply(const struct launch_plan *plan, const char **step)
                         return -errno;
         }
         return 0;
+}
+
+int rlimit_memory_fallback(const struct launch_plan *plan)
+{
+        /* Without a memory cgroup, address space is the nearest stand-in
+         * (coarser: it counts mappings, not resident memory). Set in the
+         * program's process just before exec, so pid 1 is not bound by it. */
+        if (!plan->rlimit_memory || (plan->disable & CAGE_DEBUG_NO_LIMITS))
+                return 0;
+        return set_limit(RLIMIT_AS, plan->spec->memory_bytes);
 }
