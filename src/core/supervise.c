@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,20 +81,26 @@ static void kill_sandbox(struct run_state *st)
 
 /* ---- preparation ---- */
 
+static pthread_once_t host_once = PTHREAD_ONCE_INIT;
 static struct cgroup_host cached_host;
-static int cached_host_r = 1;
+static int cached_host_r;
 static struct cage_error cached_host_err;
 
+static void detect_host_once(void)
+{
+        cached_host_r = cage_cgroup_host_detect(&cached_host, &cached_host_err);
+        if (cached_host_r == 0)
+                cage_cgroup_sweep_stale(&cached_host);
+}
+
+/* Host detection does a few filesystem probes (and sweeps groups of dead
+ * supervisors): once per process, safe from any thread. */
 static int detect_cgroups(struct run_state *st, struct cage_error *err)
 {
-        /* Host detection does a few filesystem probes: once per process. */
-        if (cached_host_r > 0) {
-                cached_host_r = cage_cgroup_host_detect(&cached_host, &cached_host_err);
-                if (cached_host_r == 0)
-                        cage_cgroup_sweep_stale(&cached_host);
-        }
+        pthread_once(&host_once, detect_host_once);
         if (cached_host_r < 0) {
-                *err = cached_host_err;
+                if (err)
+                        *err = cached_host_err;
                 return cached_host_r;
         }
         st->cg_host = cached_host;
