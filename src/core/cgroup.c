@@ -60,7 +60,7 @@ enum hier {
 #define HIER_UNIFIED 0
 
 static const char *const hier_names[HIER_MAX] = {
-        [HIER_MEMORY] = "memory", [HIER_PIDS] = "pids",       [HIER_CPU] = "cpu",
+        [HIER_MEMORY] = "memory",   [HIER_PIDS] = "pids",       [HIER_CPU] = "cpu",
         [HIER_CPUACCT] = "cpuacct", [HIER_FREEZER] = "freezer",
 };
 
@@ -74,11 +74,11 @@ enum {
 
 struct cage_cgroup {
         enum cgroup_backend backend;
-        int fd[HIER_MAX];    /* O_PATH fd of the group directory, or -1 */
-        bool made[HIER_MAX]; /* we created this directory (remove it) */
-        bool alias[HIER_MAX]; /* v1: co-mounted with an earlier hierarchy */
+        int fd[HIER_MAX];                   /* O_PATH fd of the group directory, or -1 */
+        bool made[HIER_MAX];                /* we created this directory (remove it) */
+        bool alias[HIER_MAX];               /* v1: co-mounted with an earlier hierarchy */
         bool has_memory, has_pids, has_cpu; /* v2 controllers */
-        char base[256];      /* v1_root or v2_parent */
+        char base[256];                     /* v1_root or v2_parent */
         char name[GROUP_NAME_MAX + 1];
 };
 
@@ -421,8 +421,7 @@ static int v2_parent_env(const char *mount, const char *env, char *parent, size_
         if (n < 0 || (size_t)n >= size)
                 return cage_fail(err, -ENAMETOOLONG, "CODECAGE_CGROUP_PARENT %s", env);
         if (!is_fs_type(parent, CGROUP2_SUPER_MAGIC))
-                return cage_fail(err, -ENOENT, "CODECAGE_CGROUP_PARENT %s: no cgroup v2 dir",
-                                 env);
+                return cage_fail(err, -ENOENT, "CODECAGE_CGROUP_PARENT %s: no cgroup v2 dir", env);
         return 0;
 }
 
@@ -484,8 +483,8 @@ static int prepare_v1_hier(const char *root, enum hier hi)
 static int detect_v1(struct cgroup_host *h, struct cage_error *err)
 {
         bool *has[HIER_MAX] = {
-                [HIER_MEMORY] = &h->has_memory, [HIER_PIDS] = &h->has_pids,
-                [HIER_CPU] = &h->has_cpu,       [HIER_CPUACCT] = &h->has_cpuacct,
+                [HIER_MEMORY] = &h->has_memory,   [HIER_PIDS] = &h->has_pids,
+                [HIER_CPU] = &h->has_cpu,         [HIER_CPUACCT] = &h->has_cpuacct,
                 [HIER_FREEZER] = &h->has_freezer,
         };
         int first = 0;
@@ -533,9 +532,9 @@ int cage_cgroup_host_detect(struct cgroup_host *ret, struct cage_error *err)
         }
         /* Not forced: anything unusable quietly means "none" (the caller
          * falls back to rlimits); force a backend to see why. */
-        int r = is_fs_type(CGROUP_FS_ROOT, CGROUP2_SUPER_MAGIC) ?
-                        detect_v2(ret, CGROUP_FS_ROOT, NULL) :
-                        detect_v1(ret, NULL);
+        int r = is_fs_type(CGROUP_FS_ROOT, CGROUP2_SUPER_MAGIC)
+                        ? detect_v2(ret, CGROUP_FS_ROOT, NULL)
+                        : detect_v1(ret, NULL);
         if (r < 0)
                 memset(ret, 0, sizeof(*ret));
         return 0;
@@ -545,10 +544,12 @@ int cage_cgroup_host_detect(struct cgroup_host *ret, struct cage_error *err)
 
 static int group_path(const struct cage_cgroup *cg, int hi, char *buf, size_t size)
 {
-        int n = cg->backend == CGROUP_BACKEND_V1 ?
-                        snprintf(buf, size, "%s/%s/%s/%s", cg->base, hier_names[hi],
-                                 PARENT_NAME, cg->name) :
-                        snprintf(buf, size, "%s/%s", cg->base, cg->name);
+        int n;
+        if (cg->backend == CGROUP_BACKEND_V1)
+                n = snprintf(buf, size, "%s/%s/%s/%s", cg->base, hier_names[hi], PARENT_NAME,
+                             cg->name);
+        else
+                n = snprintf(buf, size, "%s/%s", cg->base, cg->name);
         return n < 0 || (size_t)n >= size ? -ENAMETOOLONG : 0;
 }
 
@@ -580,8 +581,7 @@ static uint64_t cpu_quota_us(double cpus)
         return (uint64_t)(q + 0.5);
 }
 
-static int limits_v2(struct cage_cgroup *cg, const struct cgroup_limits *l,
-                     struct cage_error *err)
+static int limits_v2(struct cage_cgroup *cg, const struct cgroup_limits *l, struct cage_error *err)
 {
         int r = 0;
         char buf[64];
@@ -593,8 +593,7 @@ static int limits_v2(struct cage_cgroup *cg, const struct cgroup_limits *l,
         if (r >= 0 && cg->has_pids && l->pids)
                 r = write_limit(cg, HIER_UNIFIED, "pids.max", l->pids, false, err);
         if (r >= 0 && cg->has_cpu && l->cpus > 0) {
-                snprintf(buf, sizeof(buf), "%" PRIu64 " %d", cpu_quota_us(l->cpus),
-                         CPU_PERIOD_US);
+                snprintf(buf, sizeof(buf), "%" PRIu64 " %d", cpu_quota_us(l->cpus), CPU_PERIOD_US);
                 r = write_file_at(cg->fd[HIER_UNIFIED], "cpu.max", buf);
                 if (r < 0)
                         r = fail_at(cg, HIER_UNIFIED, err, r, "write", "cpu.max");
@@ -602,14 +601,13 @@ static int limits_v2(struct cage_cgroup *cg, const struct cgroup_limits *l,
         return r;
 }
 
-static int limits_v1(struct cage_cgroup *cg, const struct cgroup_limits *l,
-                     struct cage_error *err)
+static int limits_v1(struct cage_cgroup *cg, const struct cgroup_limits *l, struct cage_error *err)
 {
         int r = 0;
         if (cg->fd[HIER_MEMORY] >= 0 && l->memory_bytes) {
                 /* memsw must stay >= the memory limit: set it second. */
-                r = write_limit(cg, HIER_MEMORY, "memory.limit_in_bytes", l->memory_bytes,
-                                false, err);
+                r = write_limit(cg, HIER_MEMORY, "memory.limit_in_bytes", l->memory_bytes, false,
+                                err);
                 if (r >= 0)
                         r = write_limit(cg, HIER_MEMORY, "memory.memsw.limit_in_bytes",
                                         l->memory_bytes, true, err);
@@ -662,8 +660,8 @@ static int create_v1(struct cage_cgroup *cg, const struct cgroup_host *host,
                      const struct cgroup_limits *l, struct cage_error *err)
 {
         const bool has[HIER_MAX] = {
-                [HIER_MEMORY] = host->has_memory, [HIER_PIDS] = host->has_pids,
-                [HIER_CPU] = host->has_cpu,       [HIER_CPUACCT] = host->has_cpuacct,
+                [HIER_MEMORY] = host->has_memory,   [HIER_PIDS] = host->has_pids,
+                [HIER_CPU] = host->has_cpu,         [HIER_CPUACCT] = host->has_cpuacct,
                 [HIER_FREEZER] = host->has_freezer,
         };
         for (int i = 0; i < HIER_MAX; i++) {
@@ -858,8 +856,7 @@ static int wait_frozen(int dirfd, uint64_t deadline)
  * signals are delivered, then reap-wait until the group is empty. */
 static int kill_v1(struct cage_cgroup *cg)
 {
-        static const int order[] = {HIER_FREEZER, HIER_PIDS, HIER_MEMORY, HIER_CPU,
-                                    HIER_CPUACCT};
+        static const int order[] = {HIER_FREEZER, HIER_PIDS, HIER_MEMORY, HIER_CPU, HIER_CPUACCT};
         int procs = -1;
         for (size_t i = 0; i < ELEMENTSOF(order) && procs < 0; i++)
                 if (cg->fd[order[i]] >= 0)

@@ -25,9 +25,9 @@
 #include "harness.h"
 #include "util/cleanup.h"
 
-#define MiB         (1024ULL * 1024ULL)
-#define V1_ROOT     "/sys/fs/cgroup"
-#define NOBODY      65534
+#define MiB     (1024ULL * 1024ULL)
+#define V1_ROOT "/sys/fs/cgroup"
+#define NOBODY  65534
 static const char *const v1_hiers[] = {"memory", "pids", "cpu", "cpuacct", "freezer"};
 
 /* ---- helpers ---- */
@@ -85,8 +85,7 @@ static bool read_text(const char *path, char *buf, size_t size)
         return true;
 }
 
-static bool v1_file(const char *hier, const char *name, const char *file, char *buf,
-                    size_t size)
+static bool v1_file(const char *hier, const char *name, const char *file, char *buf, size_t size)
 {
         char path[512];
         snprintf(path, sizeof(path), V1_ROOT "/%s/codecage/%s/%s", hier, name, file);
@@ -540,8 +539,8 @@ TEST(create_failure_cleans_up)
                 snprintf(path, sizeof(path), "%s%s", root, dirs[i]);
                 CHECK(mkdir(path, 0755) == 0);
         }
-        struct cgroup_host host = {.backend = CGROUP_BACKEND_V1, .has_memory = true,
-                                   .has_pids = true};
+        struct cgroup_host host = {
+                .backend = CGROUP_BACKEND_V1, .has_memory = true, .has_pids = true};
         snprintf(host.v1_root, sizeof(host.v1_root), "%s", root);
         struct cgroup_limits lim = {.memory_bytes = 32 * MiB};
         struct cage_error err = {0};
@@ -578,20 +577,23 @@ TEST(v1_timing)
                 struct child c;
                 struct cage_error err = {0};
                 struct cage_cgroup *cg = NULL;
-                CHECK(child_start(&c, child_sleep));
+                /* As the launcher does: create, fork, attach; destroy
+                 * after the child is reaped. */
                 uint64_t t0 = now_ns();
                 CHECK(cage_cgroup_create(&host, name, &lim, &cg, &err) == 0);
                 uint64_t t1 = now_ns();
-                CHECK(cg && cage_cgroup_attach(cg, c.pid, &err) == 0);
+                CHECK(child_start(&c, child_sleep));
                 uint64_t t2 = now_ns();
+                CHECK(cg && cage_cgroup_attach(cg, c.pid, &err) == 0);
+                uint64_t t3 = now_ns();
                 kill(c.pid, SIGKILL);
                 CHECK(killed_by_sigkill(child_reap(&c)));
-                uint64_t t3 = now_ns();
-                CHECK(cage_cgroup_destroy(cg) == 0);
                 uint64_t t4 = now_ns();
+                CHECK(cage_cgroup_destroy(cg) == 0);
+                uint64_t t5 = now_ns();
                 t_create += t1 - t0;
-                t_attach += t2 - t1;
-                t_destroy += t4 - t3;
+                t_attach += t3 - t2;
+                t_destroy += t5 - t4;
                 CHECK(!v1_dir_exists("memory", name));
         }
         uint64_t total = (t_create + t_attach + t_destroy) / N;
