@@ -1,0 +1,149 @@
+/* Server configuration for `codecage serve --config FILE`: the JSON schema
+ * (docs/CONFIG.md), its secure defaults and its validation.
+ *
+ * Loading is parse -> validate -> immutable struct: cage_config_load()
+ * either returns a complete, consistent configuration or fails with a
+ * message naming the offending key ("limits.cpus_max: ..."), and nothing is
+ * created on the host. The only host access while loading is reading secret
+ * and token files and resolving mounts_allowed paths with realpath().
+ * Unknown keys and duplicate keys are errors, so a typo never silently
+ * weakens a setting. Secret values and tokens never appear in an error
+ * message. A loaded config is read-only: any thread may call the lookup
+ * functions concurrently. */
+#ifndef CODECAGE_SERVICES_CONFIG_H
+#define CODECAGE_SERVICES_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "codecage/codecage.h"
+
+struct cage_redactor;
+
+/* Bounds on everything a config file can hold. */
+#define CAGE_CONFIG_FILE_MAX        (1024 * 1024)
+#define CAGE_CONFIG_PATH_MAX        4095
+#define CAGE_CONFIG_SECRETS_MAX     256
+#define CAGE_CONFIG_SECRET_NAME_MAX 64
+#define CAGE_CONFIG_SECRET_MAX      (64 * 1024) /* bytes of one secret value */
+#define CAGE_CONFIG_TENANTS_MAX     1024
+#define CAGE_CONFIG_TENANT_NAME_MAX 63
+#define CAGE_CONFIG_TOKEN_MIN       16
+#define CAGE_CONFIG_TOKEN_MAX       1024
+#define CAGE_CONFIG_ENV_ALLOW_MAX   256
+#define CAGE_CONFIG_ENV_NAME_MAX    128
+#define CAGE_CONFIG_MOUNTS_MAX      64
+
+/* The most a single request may ask for. */
+struct cage_config_limits {
+        uint64_t memory_mib_max;
+        double cpus_max;
+        uint32_t pids_max;
+        uint64_t disk_mib_max;
+        uint64_t timeout_s_max;
+        uint64_t output_max_bytes_max;
+        uint64_t max_body_bytes; /* HTTP request bodies; at least 16 MiB */
+        uint32_t max_sandboxes_per_tenant;
+};
+
+/* What a request gets for a field it leaves out; always within the limits. */
+struct cage_config_spec_defaults {
+        uint64_t memory_mib;
+        double cpus;
+        uint32_t pids;
+        uint64_t disk_mib;
+        uint64_t timeout_s;
+        uint64_t output_max_bytes;
+};
+
+struct cage_tenant {
+        char *name;  /* [a-z0-9][a-z0-9_-]{0,62} */
+        char *token; /* bearer token, >= 16 characters; never log it */
+        size_t token_len;
+};
+
+struct cage_secret {
+        char *name;  /* [A-Z_][A-Z0-9_]{0,63}: also the env var it becomes */
+        char *value; /* non-empty, no NUL bytes; never log it */
+        size_t len;
+};
+
+struct cage_mount_rule {
+        char *path;       /* realpath() of the configured path, resolved at load */
+        char *configured; /* the path as written in the config */
+        bool writable;
+};
+
+struct cage_config {
+        char *data_dir;
+
+        /* listen.http: NULL when HTTP is off. http_addr is ready for bind(). */
+        char *listen_http;
+        struct sockaddr_storage http_addr;
+        socklen_t http_addr_len;
+        bool http_loopback;
+        /* listen.unix: NULL when the Unix socket is off. */
+        char *listen_unix;
+
+        struct cage_config_limits limits;
+        struct cage_config_spec_defaults defaults;
+
+        char **env_allowlist;
+        size_t n_env_allowlist;
+        struct cage_secret *secrets;
+        size_t n_secrets;
+        struct cage_tenant *tenants;
+        size_t n_tenants;
+        struct cage_mount_rule *mounts_allowed;
+        size_t n_mounts_allowed;
+
+        uint64_t retention_s;
+        uint64_t idle_timeout_s; /* 0 = never */
+        char *audit_log;
+};
+
+/* The configuration used when no file is given: every default, validated. */
+int cage_config_defaults(struct cage_config **ret, struct cage_error *err);
+/* Reads and validates a config file (a regular file of at most 1 MiB). */
+int cage_config_load(const char *path, struct cage_config **ret, struct cage_error *err);
+/* Same, from a JSON text in memory (tests, fuzzing). */
+int cage_config_parse(const char *text, size_t len, struct cage_config **ret,
+                      struct cage_error *err);
+/* Wipes secret values and tokens from memory and frees. Accepts NULL. */
+struct cage_config *cage_config_free(struct cage_config *cfg);
+
+/* True when requests must carry a bearer token (some tenant is configured). */
+bool cage_config_auth_required(const struct cage_config *cfg);
+/* The tenant owning `token`, or NULL. Every tenant's token is compared in
+ * time that depends only on its length, never on where bytes differ, and
+ * the scan does not stop at a match. */
+const struct cage_tenant *cage_config_tenant_for_token(const struct cage_config *cfg,
+                                                       const char *token);
+const struct cage_tenant *cage_config_tenant(const struct cage_config *cfg, const char *name);
+
+/* The value of secret `name`; -ENOENT with an error naming it when the
+ * server does not know it. *value stays owned by cfg. */
+int cage_config_secret(const struct cage_config *cfg, const char *name, const char **value,
+                       struct cage_error *err);
+
+/* Whether a sandbox may pass the server's variable `name` through. */
+bool cage_config_env_allowed(const struct cage_config *cfg, const char *name);
+
+/* Whether a spec may mount host_path (writable or not). host_path must be
+ * absolute without "." or ".." components; it is resolved with realpath()
+ * and must be a mounts_allowed path or beneath one (component-wise, so
+ * /data2 is not beneath /data), with writable only where the rule allows.
+ * On success *ret_resolved (if not NULL) is the resolved path, which is
+ * what the caller must mount. -EPERM / -ENOENT / -EINVAL otherwise; the
+ * message shows only the path the client gave, never where it resolves. */
+int cage_config_mount_allowed(const struct cage_config *cfg, const char *host_path, bool writable,
+                              char **ret_resolved, struct cage_error *err);
+
+/* A redactor holding every secret value (marker name = secret name) and
+ * every tenant token (marker name "token:TENANT"). */
+int cage_config_redactor(const struct cage_config *cfg, struct cage_redactor **ret,
+                         struct cage_error *err);
+
+#endif
