@@ -729,6 +729,51 @@ int cage_cgroup_create(const struct cgroup_host *host, const char *name,
         return 0;
 }
 
+/* A sub-group has no limits of its own (the parent's apply to it) and, on
+ * v2, no controllers: the parent keeps none enabled for its subtree, so its
+ * own processes may stay in it. It serves to kill and account for one part
+ * of the tree. */
+int cage_cgroup_create_child(const struct cage_cgroup *parent, const char *leaf,
+                             struct cage_cgroup **ret, struct cage_error *err)
+{
+        if (!name_valid(leaf) || strlen(parent->name) + 1 + strlen(leaf) > GROUP_NAME_MAX)
+                return cage_fail(err, -EINVAL, "invalid cgroup name \"%s\"", leaf ? leaf : "");
+        struct cage_cgroup *cg = calloc(1, sizeof(*cg));
+        if (!cg)
+                return cage_fail(err, -ENOMEM, "allocate cgroup");
+        cg->backend = parent->backend;
+        memcpy(cg->base, parent->base, sizeof(cg->base));
+        int n = snprintf(cg->name, sizeof(cg->name), "%.*s/%s", GROUP_NAME_MAX, parent->name, leaf);
+        int r = n < 0 || (size_t)n >= sizeof(cg->name) ? -ENAMETOOLONG : 0;
+        for (int i = 0; i < HIER_MAX; i++) {
+                cg->fd[i] = -1;
+                if (r < 0 || parent->fd[i] < 0 || parent->alias[i])
+                        continue;
+                r = make_dir(cg, i, err);
+        }
+        for (int i = 0; i < HIER_MAX && r == 0; i++) {
+                if (!parent->alias[i])
+                        continue;
+                for (int j = 0; j < i; j++)
+                        if (parent->fd[j] == parent->fd[i])
+                                cg->fd[i] = cg->fd[j];
+                cg->alias[i] = cg->fd[i] >= 0;
+        }
+        if (r < 0) {
+                (void)remove_dirs(cg);
+                close_fds(cg);
+                free(cg);
+                return r;
+        }
+        *ret = cg;
+        return 0;
+}
+
+const char *cage_cgroup_name(const struct cage_cgroup *cg)
+{
+        return cg->name;
+}
+
 enum cgroup_backend cage_cgroup_backend(const struct cage_cgroup *cg)
 {
         return cg ? cg->backend : CGROUP_BACKEND_NONE;

@@ -53,7 +53,14 @@ struct cage_cgroup;
 int cage_cgroup_create(const struct cgroup_host *host, const char *name,
                        const struct cgroup_limits *limits, struct cage_cgroup **ret,
                        struct cage_error *err);
+/* Creates `leaf` beneath parent (in each of its hierarchies), without
+ * limits of its own: a part of a sandbox's tree (one exec) that can be
+ * killed and measured alone. Destroy it before its parent. */
+int cage_cgroup_create_child(const struct cage_cgroup *parent, const char *leaf,
+                             struct cage_cgroup **ret, struct cage_error *err);
 enum cgroup_backend cage_cgroup_backend(const struct cage_cgroup *cg);
+/* The group's name beneath the codecage parent ("run-12-3", "run-12-3/e7"). */
+const char *cage_cgroup_name(const struct cage_cgroup *cg);
 /* Moves pid into the group (every hierarchy for v1). */
 int cage_cgroup_attach(struct cage_cgroup *cg, pid_t pid, struct cage_error *err);
 /* Reads usage counters; fields a backend cannot tell are left 0. */

@@ -46,13 +46,35 @@ static bool kill_members(int dirfd)
         return false;
 }
 
-static void remove_group(int parentfd, const char *name)
+static void remove_group(int parentfd, const char *name, int depth);
+
+/* Sub-groups (one per exec of a long-lived sandbox) go first. */
+static void remove_children(int fd, int depth)
+{
+        int dupfd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+        DIR *d = dupfd >= 0 ? fdopendir(dupfd) : NULL;
+        if (!d) {
+                if (dupfd >= 0)
+                        close(dupfd);
+                return;
+        }
+        struct dirent *de;
+        while ((de = readdir(d)))
+                if (de->d_type == DT_DIR && strcmp(de->d_name, ".") != 0 &&
+                    strcmp(de->d_name, "..") != 0)
+                        remove_group(fd, de->d_name, depth + 1);
+        closedir(d);
+}
+
+static void remove_group(int parentfd, const char *name, int depth)
 {
         for (int i = 0; i < 50; i++) {
                 int fd = openat(parentfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
                 if (fd < 0)
                         return;
                 bool empty = kill_members(fd);
+                if (depth < 2)
+                        remove_children(fd, depth);
                 close(fd);
                 if (empty && unlinkat(parentfd, name, AT_REMOVEDIR) == 0)
                         return;
@@ -68,7 +90,7 @@ static void sweep_dir(const char *path)
         struct dirent *de;
         while ((de = readdir(d)))
                 if (de->d_type == DT_DIR && stale_name(de->d_name))
-                        remove_group(dirfd(d), de->d_name);
+                        remove_group(dirfd(d), de->d_name, 0);
         closedir(d);
 }
 

@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "box_proto.h"
 #include "launch.h"
 #include "util/fdutil.h"
 
@@ -98,8 +99,27 @@ static _Noreturn void program_main(const struct launch_plan *plan)
         _exit(r == -ENOENT ? 127 : 126);
 }
 
+/* Long-lived sandboxes: pid 1 becomes codecage-init, exec'd from its
+ * sealed, execute-only memfd (so it runs with a fresh memory image and is
+ * non-dumpable), with the control socket as BOX_CTL_FD and /dev/null (the
+ * plan's stdio) as its standard fds. */
+static _Noreturn void exec_box_init(const struct launch_plan *plan)
+{
+        static char *const init_argv[] = {"codecage-init", NULL};
+        static char *const init_envp[] = {NULL};
+        /* Above BOX_CTL_FD first, so no dup2 below closes one of them. */
+        int ctl = fcntl(plan->box_ctl_fd, F_DUPFD_CLOEXEC, BOX_CTL_FD + 1);
+        int image = fcntl(plan->box_init_fd, F_DUPFD_CLOEXEC, BOX_CTL_FD + 1);
+        if (ctl < 0 || image < 0 || setup_stdio(plan) < 0 || dup2(ctl, BOX_CTL_FD) < 0)
+                child_fail(plan, "codecage-init fds", errno);
+        syscall(SYS_execveat, image, "", init_argv, init_envp, AT_EMPTY_PATH);
+        child_fail(plan, "exec codecage-init", errno);
+}
+
 _Noreturn void init_run(const struct launch_plan *plan)
 {
+        if (plan->box)
+                exec_box_init(plan);
         /* Our argv area is the supervisor's command line (/proc/1/cmdline,
          * which anyone may read): wipe our copy. Nothing below reads it. */
         if (plan->arg_end > plan->arg_start)

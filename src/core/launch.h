@@ -59,6 +59,9 @@ struct launch_plan {
         int mount_fds[CAGE_MOUNTS_MAX];     /* idmapped detached mounts, -1: plain bind */
         uint32_t disable;                   /* enum cage_debug_disable */
         bool rlimit_memory;                 /* no memory controller: cap address space instead */
+        bool box;                           /* long-lived sandbox: pid 1 is codecage-init */
+        int box_init_fd;                    /* box: the sealed codecage-init memfd */
+        int box_ctl_fd;                     /* box: init's end of the control socket */
 };
 
 /* Bytes the supervisor sends on sync_fd, in this order. */
@@ -102,7 +105,22 @@ int caps_drop_all(void);
 int rlimits_apply(const struct launch_plan *plan, const char **step);
 int rlimit_memory_fallback(const struct launch_plan *plan);
 
-/* init.c: pid 1 inside the sandbox: starts the program, reaps, reports. */
+/* init.c: pid 1 inside the sandbox: starts the program, reaps, reports.
+ * With plan->box set, pid 1 is codecage-init instead (exec'd from
+ * that fd with the control socket as BOX_CTL_FD). */
 _Noreturn void init_run(const struct launch_plan *plan);
+
+/* supervise.c: launch steps shared by one-shot runs and long-lived
+ * sandboxes (box.c). */
+struct cgroup_host;
+struct cage_cgroup;
+struct id_slot;
+int launch_detect_cgroups(struct cgroup_host *ret, struct cage_error *err);
+/* A group named run-<our pid>-<n> with the spec's limits; *ret stays NULL
+ * when there is no cgroup backend (rlimits only). */
+int launch_create_cgroup(const struct cgroup_host *host, const struct cage_spec *spec,
+                         struct cage_cgroup **ret, struct cage_error *err);
+void launch_open_mounts(struct launch_plan *plan, const struct cage_spec *spec,
+                        const struct id_slot *slot);
 
 #endif

@@ -45,9 +45,13 @@ static _Noreturn void child_report_bad_mount(const struct launch_plan *plan, int
 
 static void close_inherited_fds(const struct launch_plan *plan)
 {
-        int keep[5 + CAGE_MOUNTS_MAX] = {plan->stdin_fd, plan->stdout_fd, plan->stderr_fd,
+        int keep[7 + CAGE_MOUNTS_MAX] = {plan->stdin_fd, plan->stdout_fd, plan->stderr_fd,
                                          plan->report_fd, plan->sync_fd};
         size_t n = 5;
+        if (plan->box) {
+                keep[n++] = plan->box_init_fd;
+                keep[n++] = plan->box_ctl_fd;
+        }
         for (size_t i = 0; i < plan->spec->n_mounts; i++)
                 if (plan->mount_fds[i] >= 0)
                         keep[n++] = plan->mount_fds[i];

@@ -95,7 +95,7 @@ static void detect_host_once(void)
 
 /* Host detection does a few filesystem probes (and sweeps groups of dead
  * supervisors): once per process, safe from any thread. */
-static int detect_cgroups(struct run_state *st, struct cage_error *err)
+int launch_detect_cgroups(struct cgroup_host *ret, struct cage_error *err)
 {
         pthread_once(&host_once, detect_host_once);
         if (cached_host_r < 0) {
@@ -103,23 +103,23 @@ static int detect_cgroups(struct run_state *st, struct cage_error *err)
                         *err = cached_host_err;
                 return cached_host_r;
         }
-        st->cg_host = cached_host;
+        *ret = cached_host;
         return 0;
 }
 
-static int create_cgroup(struct run_state *st, struct cage_error *err)
+int launch_create_cgroup(const struct cgroup_host *host, const struct cage_spec *spec,
+                         struct cage_cgroup **ret, struct cage_error *err)
 {
         static unsigned counter;
         char name[64];
-        if (st->cg_host.backend == CGROUP_BACKEND_NONE ||
-            (st->spec->debug_disable & CAGE_DEBUG_NO_LIMITS))
+        *ret = NULL;
+        if (host->backend == CGROUP_BACKEND_NONE || (spec->debug_disable & CAGE_DEBUG_NO_LIMITS))
                 return 0;
         snprintf(name, sizeof(name), CGROUP_RUN_PREFIX "%d-%u", (int)getpid(),
                  __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED));
-        struct cgroup_limits lim = {.memory_bytes = st->spec->memory_bytes,
-                                    .cpus = st->spec->cpus,
-                                    .pids = st->spec->pids};
-        return cage_cgroup_create(&st->cg_host, name, &lim, &st->cg, err);
+        struct cgroup_limits lim = {
+                .memory_bytes = spec->memory_bytes, .cpus = spec->cpus, .pids = spec->pids};
+        return cage_cgroup_create(host, name, &lim, ret, err);
 }
 
 static int make_pipes(struct run_state *st, struct cage_error *err)
@@ -163,17 +163,18 @@ static void close_child_ends(struct run_state *st)
 /* As root, user mounts are idmapped so their owner is the sandbox user
  * (whose host uid is a per-run slot); where the kernel or filesystem cannot
  * idmap, a plain bind is used and the directory's own permissions apply. */
-static void prepare_mounts(struct run_state *st)
+void launch_open_mounts(struct launch_plan *plan, const struct cage_spec *spec,
+                        const struct id_slot *slot)
 {
         for (size_t i = 0; i < CAGE_MOUNTS_MAX; i++)
-                st->plan.mount_fds[i] = -1;
-        if (!st->slot.privileged)
+                plan->mount_fds[i] = -1;
+        if (!slot->privileged)
                 return;
-        for (size_t i = 0; i < st->spec->n_mounts; i++) {
-                const struct cage_mount *m = &st->spec->mounts[i];
-                int fd = idmap_mount_open(m->source, st->slot.host_uid, st->slot.host_gid,
-                                          m->writable, NULL);
-                st->plan.mount_fds[i] = fd >= 0 ? fd : -1;
+        for (size_t i = 0; i < spec->n_mounts; i++) {
+                const struct cage_mount *m = &spec->mounts[i];
+                int fd = idmap_mount_open(m->source, slot->host_uid, slot->host_gid, m->writable,
+                                          NULL);
+                plan->mount_fds[i] = fd >= 0 ? fd : -1;
         }
 }
 
@@ -195,13 +196,13 @@ static int prepare(struct run_state *st, struct cage_error *err)
         if ((r = cage_id_slot_acquire(&st->slot, err)) < 0)
                 return r;
         st->plan.privileged = st->slot.privileged;
-        if ((r = detect_cgroups(st, err)) < 0)
+        if ((r = launch_detect_cgroups(&st->cg_host, err)) < 0)
                 return r;
         st->plan.rlimit_memory =
                 st->cg_host.backend == CGROUP_BACKEND_NONE || !st->cg_host.has_memory;
         if ((r = plan_build(&st->plan, st->spec, err)) < 0)
                 return r;
-        prepare_mounts(st);
+        launch_open_mounts(&st->plan, st->spec, &st->slot);
         return make_pipes(st, err);
 }
 
@@ -220,7 +221,7 @@ static int start_child(struct run_state *st, struct cage_error *err)
         if (r == 0)
                 r = send_sync(st, SYNC_MAPS_WRITTEN, err);
         if (r == 0)
-                r = create_cgroup(st, err);
+                r = launch_create_cgroup(&st->cg_host, st->spec, &st->cg, err);
         if (r == 0 && st->cg)
                 r = cage_cgroup_attach(st->cg, st->pid, err);
         if (r == 0)
@@ -551,7 +552,9 @@ int cage_run(const struct cage_spec *spec, const struct cage_run_options *opts,
                                         .stdout_fd = -1,
                                         .stderr_fd = -1,
                                         .report_fd = -1,
-                                        .sync_fd = -1}};
+                                        .sync_fd = -1,
+                                        .box_init_fd = -1,
+                                        .box_ctl_fd = -1}};
         for (size_t i = 0; i < CAGE_MOUNTS_MAX; i++)
                 st.plan.mount_fds[i] = -1;
         memset(res, 0, sizeof(*res));

@@ -1,0 +1,76 @@
+/* Long-lived sandboxes ("boxes"): the same containment pipeline as a
+ * one-shot run (sandbox.c), but pid 1 is codecage-init, which stays and
+ * starts execs on request (box_proto.h). Each exec runs in a cgroup of its
+ * own beneath the sandbox's, so a timeout or a kill takes its whole process
+ * tree — daemons, double forks and all — and leaves the sandbox usable; when
+ * an exec's main process ends, what it left running ends with it.
+ *
+ * A box is driven from any number of threads: execs may run concurrently
+ * (at most BOX_EXECS_MAX). Starting a box is done by one process-wide
+ * launcher thread, because a sandbox's pid 1 gets SIGKILL when the thread
+ * that cloned it exits (PR_SET_PDEATHSIG follows threads), and callers such
+ * as per-connection HTTP threads come and go. */
+#ifndef CODECAGE_CORE_BOX_H
+#define CODECAGE_CORE_BOX_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "codecage/codecage.h"
+
+struct cage_box;
+
+/* One exec. argv and env ("K=V", over the box's own environment) are
+ * NULL-terminated; cwd NULL = /workspace; stdin_data NULL = /dev/null. */
+struct cage_exec {
+        char *const *argv;
+        char *const *env;
+        const char *cwd;
+        const void *stdin_data;
+        size_t stdin_len;
+        uint64_t timeout_ms;
+        uint64_t output_max_bytes;  /* kept per stream (head + tail) */
+        uint64_t output_stop_bytes; /* stop the exec past this much; 0 = none */
+};
+
+struct cage_box_usage {
+        uint64_t cpu_ms;
+        uint64_t memory_bytes; /* peak */
+        uint64_t oom_kills;
+};
+
+/* Starts a sandbox from a spec (spec->argv is ignored). The spec is copied
+ * where needed; it need not outlive the call. -EINVAL for a bad spec or
+ * mount target (message names the field), else codecage's own failure. */
+int cage_box_start(const struct cage_spec *spec, struct cage_box **ret, struct cage_error *err);
+
+/* Runs one exec and waits for it. A return < 0 means no verdict at all
+ * (-EINVAL: a bad request; -ESRCH: the sandbox is gone); otherwise *res
+ * has the result contract, including "timeout" and "cancelled" (opts may
+ * be NULL; its on_output sees raw bytes, its cancel_fd cancels). */
+int cage_box_exec(struct cage_box *box, const struct cage_exec *ex,
+                  const struct cage_run_options *opts, struct cage_result *res,
+                  struct cage_error *err);
+
+/* Whether pid 1 is still there (it is gone after an OOM kill of it, or a
+ * kill). */
+bool cage_box_alive(struct cage_box *box);
+int cage_box_usage(struct cage_box *box, struct cage_box_usage *ret);
+pid_t cage_box_init_pid(const struct cage_box *box);
+/* "run-<pid>-<n>", or NULL without a cgroup backend. */
+const char *cage_box_cgroup_name(const struct cage_box *box);
+uid_t cage_box_host_uid(const struct cage_box *box);
+
+/* Kills every process of the sandbox, pid 1 included; safe while execs
+ * run on other threads (they end at once, status "cancelled" with a
+ * reason saying the sandbox was stopped). */
+void cage_box_kill(struct cage_box *box);
+
+/* Kills what is left, removes the sandbox's cgroup, releases its uid slot
+ * and frees. The caller guarantees no exec is still running on the box
+ * (cage_box_kill, then wait for them). Accepts NULL; returns NULL. */
+struct cage_box *cage_box_destroy(struct cage_box *box);
+
+#endif

@@ -1,0 +1,593 @@
+/* One exec in a long-lived sandbox (see box.h, box_proto.h): send the
+ * request, place the new process in a cgroup of its own, feed its stdin,
+ * capture its output, enforce its deadline and cancellation, and judge the
+ * result. The exec's cgroup is removed at the end, which kills whatever the
+ * exec left running. Without a cgroup backend its session's process group
+ * is killed instead (a process that calls setsid() escapes that; doctor
+ * says so). */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "box_private.h"
+#include "box_proto.h"
+#include "output.h"
+#include "util/cleanup.h"
+#include "util/error.h"
+#include "util/fdutil.h"
+
+#define STARTED_TIMEOUT_MS 10000
+#define DRAIN_MS           2000
+
+struct exec_state {
+        struct cage_box *box;
+        const struct cage_exec *ex;
+        const struct cage_run_options *opts;
+        uint32_t id;
+        int in_w, out_r, err_r, status_r, go_w; /* our ends */
+        int child[BOX_FD_COUNT];                /* the exec's ends, sent to init */
+        const char *in_data;
+        size_t in_left;
+        struct output_capture cap_out, cap_err;
+        struct cage_cgroup *cg;
+        pid_t inner_pid, host_pid;
+        uint64_t start_ns, deadline_ns, oom_before;
+        bool exited, exec_failed, setup_failed, timed_out, cancelled, flooded, box_died;
+        int wait_status, fail_errno;
+        struct cgroup_stats stats;
+};
+
+static uint64_t now_ns(void)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static void close_fd(int *fd)
+{
+        if (*fd >= 0)
+                close(*fd);
+        *fd = -1;
+}
+
+/* ---- the request ---- */
+
+static bool env_key_in(char *const *env, const char *entry)
+{
+        size_t klen = strcspn(entry, "=") + 1;
+        for (size_t i = 0; env && env[i]; i++)
+                if (strncmp(env[i], entry, klen) == 0)
+                        return true;
+        return false;
+}
+
+static bool append(char *buf, size_t *len, const char *s)
+{
+        size_t n = strlen(s) + 1;
+        if (*len + n > BOX_EXEC_BLOB_MAX)
+                return false;
+        memcpy(buf + *len, s, n);
+        *len += n;
+        return true;
+}
+
+/* Header + argv + env (the sandbox's, with the exec's winning) + cwd. */
+static int build_request(struct exec_state *st, char *msg, size_t *ret_len, struct cage_error *err)
+{
+        struct box_exec_request h = {.kind = BOX_REQ_EXEC, .exec_id = st->id};
+        char *blob = msg + sizeof(h);
+        size_t len = 0;
+        bool ok = true;
+        for (char *const *a = st->ex->argv; *a && ok; a++, h.argc++)
+                ok = append(blob, &len, *a);
+        for (char *const *e = st->box->envp; *e && ok; e++)
+                if (!env_key_in(st->ex->env, *e))
+                        ok = append(blob, &len, *e), h.envc++;
+        for (size_t i = 0; st->ex->env && st->ex->env[i] && ok; i++, h.envc++)
+                ok = append(blob, &len, st->ex->env[i]);
+        ok = ok && append(blob, &len, st->ex->cwd ? st->ex->cwd : "/workspace");
+        if (!ok || h.argc + h.envc > BOX_EXEC_ARGS_MAX)
+                return cage_fail(err, -E2BIG, "argv and env together exceed %d bytes or %d entries",
+                                 BOX_EXEC_BLOB_MAX, BOX_EXEC_ARGS_MAX);
+        h.blob_len = (uint32_t)len;
+        memcpy(msg, &h, sizeof(h));
+        *ret_len = sizeof(h) + len;
+        return 0;
+}
+
+static int make_pipes(struct exec_state *st, struct cage_error *err)
+{
+        int p[2];
+        if (st->ex->stdin_data) {
+                if (pipe2(p, O_CLOEXEC) < 0)
+                        return cage_fail(err, -errno, "pipe");
+                st->child[BOX_FD_STDIN] = p[0];
+                st->in_w = p[1];
+                fd_set_nonblock(st->in_w, true);
+        } else if ((st->child[BOX_FD_STDIN] = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0) {
+                return cage_fail(err, -errno, "open /dev/null");
+        }
+        int *ours[] = {[BOX_FD_STDOUT] = &st->out_r,
+                       [BOX_FD_STDERR] = &st->err_r,
+                       [BOX_FD_STATUS] = &st->status_r,
+                       [BOX_FD_GO] = &st->go_w};
+        for (int i = BOX_FD_STDOUT; i < BOX_FD_COUNT; i++) {
+                if (pipe2(p, O_CLOEXEC) < 0)
+                        return cage_fail(err, -errno, "pipe");
+                bool we_write = i == BOX_FD_GO;
+                *ours[i] = p[we_write ? 1 : 0];
+                st->child[i] = p[we_write ? 0 : 1];
+        }
+        fd_set_nonblock(st->out_r, true);
+        fd_set_nonblock(st->err_r, true);
+        return 0;
+}
+
+static int send_request(struct exec_state *st, const char *msg, size_t len, struct cage_error *err)
+{
+        char control[CMSG_SPACE(sizeof(int) * BOX_FD_COUNT)] = {0};
+        struct iovec iov = {.iov_base = (void *)msg, .iov_len = len};
+        struct msghdr mh = {.msg_iov = &iov,
+                            .msg_iovlen = 1,
+                            .msg_control = control,
+                            .msg_controllen = sizeof(control)};
+        struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int) * BOX_FD_COUNT);
+        memcpy(CMSG_DATA(c), st->child, sizeof(int) * BOX_FD_COUNT);
+        ssize_t n;
+        do
+                n = sendmsg(st->box->ctl_fd, &mh, MSG_NOSIGNAL);
+        while (n < 0 && errno == EINTR);
+        if (n < 0)
+                return cage_fail(err, errno == EPIPE || errno == ECONNRESET ? -ESRCH : -errno,
+                                 "sending the exec to the sandbox's init");
+        return 0;
+}
+
+static void signal_exec(struct exec_state *st, int sig)
+{
+        struct box_signal_request r = {.kind = BOX_REQ_SIGNAL, .exec_id = st->id, .signal = sig};
+        pthread_mutex_lock(&st->box->lock);
+        (void)!send(st->box->ctl_fd, &r, sizeof(r), MSG_NOSIGNAL | MSG_DONTWAIT);
+        pthread_mutex_unlock(&st->box->lock);
+}
+
+static int submit(struct exec_state *st, struct cage_error *err)
+{
+        _cleanup_free_ char *msg = malloc(sizeof(struct box_exec_request) + BOX_EXEC_BLOB_MAX);
+        size_t len = 0;
+        if (!msg)
+                return cage_fail(err, -ENOMEM, "exec request");
+        int r = make_pipes(st, err);
+        pthread_mutex_lock(&st->box->lock);
+        st->id = ++st->box->next_exec;
+        if (r == 0 && st->box->killed)
+                r = cage_fail(err, -ESRCH, "the sandbox is stopped");
+        if (r == 0)
+                r = build_request(st, msg, &len, err);
+        if (r == 0)
+                r = send_request(st, msg, len, err);
+        pthread_mutex_unlock(&st->box->lock);
+        for (int i = 0; i < BOX_FD_COUNT; i++)
+                close_fd(&st->child[i]);
+        return r;
+}
+
+/* ---- placing the exec ---- */
+
+/* The innermost pid of NSpid in /proc/PID/status. */
+static pid_t inner_pid_of(pid_t pid)
+{
+        char path[64], buf[2048];
+        snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+        ssize_t n = read_file_at(AT_FDCWD, path, buf, sizeof(buf));
+        char *line = n > 0 ? strstr(buf, "\nNSpid:") : NULL;
+        if (!line)
+                return -1;
+        char *end = strchr(line + 1, '\n');
+        if (end)
+                *end = '\0';
+        char *last = strrchr(line, '\t');
+        return last ? (pid_t)strtol(last + 1, NULL, 10) : -1;
+}
+
+/* The host pid of init's child whose pid inside is `inner`. */
+static pid_t find_host_pid(pid_t init, pid_t inner)
+{
+        char path[64], buf[16384];
+        snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)init, (int)init);
+        ssize_t n = read_file_at(AT_FDCWD, path, buf, sizeof(buf));
+        if (n <= 0)
+                return -1;
+        for (char *p = buf, *end; *p; p = end) {
+                long pid = strtol(p, &end, 10);
+                if (end == p)
+                        break;
+                if (pid > 0 && inner_pid_of((pid_t)pid) == inner)
+                        return (pid_t)pid;
+        }
+        return -1;
+}
+
+static int read_status(struct exec_state *st, struct box_status *s)
+{
+        ssize_t n;
+        do
+                n = read(st->status_r, s, sizeof(*s));
+        while (n < 0 && errno == EINTR);
+        if (n == sizeof(*s))
+                return 1;
+        return n == 0 ? 0 : -EIO;
+}
+
+/* Waits for STARTED: the exec's pid inside. */
+static int wait_started(struct exec_state *st, struct cage_error *err)
+{
+        struct pollfd p[2] = {{.fd = st->status_r, .events = POLLIN},
+                              {.fd = st->box->pidfd, .events = POLLIN}};
+        int n;
+        do
+                n = poll(p, 2, STARTED_TIMEOUT_MS);
+        while (n < 0 && errno == EINTR);
+        struct box_status s;
+        if (n == 0)
+                return cage_fail(err, -ETIMEDOUT, "the sandbox's init did not start the exec");
+        if (!p[0].revents || read_status(st, &s) <= 0)
+                return cage_fail(err, -ESRCH, "the sandbox's init is gone");
+        if (s.kind == BOX_STATUS_SETUP_FAILED)
+                return cage_fail(err, s.value == EAGAIN ? -EBUSY : -EIO,
+                                 "the sandbox's init could not start the exec: %s",
+                                 strerror(s.value));
+        if (s.kind != BOX_STATUS_STARTED || s.value <= 1)
+                return cage_fail(err, -EPROTO, "unexpected answer from the sandbox's init");
+        st->inner_pid = s.value;
+        return 0;
+}
+
+static int place(struct exec_state *st, struct cage_error *err)
+{
+        int r = wait_started(st, err);
+        if (r < 0)
+                return r;
+        if (st->box->cg) {
+                char leaf[32];
+                st->host_pid = find_host_pid(st->box->pid, st->inner_pid);
+                if (st->host_pid <= 0)
+                        return cage_fail(err, -ESRCH, "finding the exec's process");
+                snprintf(leaf, sizeof(leaf), "e%u", st->id);
+                if ((r = cage_cgroup_create_child(st->box->cg, leaf, &st->cg, err)) < 0 ||
+                    (r = cage_cgroup_attach(st->cg, st->host_pid, err)) < 0)
+                        return r;
+        }
+        st->start_ns = now_ns();
+        st->deadline_ns = st->start_ns + st->ex->timeout_ms * 1000000ULL;
+        char go = 'g';
+        if (write_all(st->go_w, &go, 1) < 0)
+                return cage_fail(err, -errno, "starting the exec");
+        close_fd(&st->go_w);
+        return 0;
+}
+
+/* ---- watching ---- */
+
+static void deliver(struct exec_state *st, int stream, const char *buf, size_t len)
+{
+        output_capture_feed(stream == 1 ? &st->cap_out : &st->cap_err, buf, len);
+        if (st->opts && st->opts->on_output &&
+            st->opts->on_output(st->opts->on_output_ctx, stream, buf, len))
+                st->cancelled = true;
+        uint64_t stop = st->ex->output_stop_bytes;
+        if (stop && st->cap_out.total + st->cap_err.total > stop)
+                st->flooded = true;
+}
+
+static void read_stream(struct exec_state *st, int *fd, int stream)
+{
+        char buf[65536];
+        for (int i = 0; i < 16; i++) {
+                ssize_t n = read(*fd, buf, sizeof(buf));
+                if (n > 0) {
+                        deliver(st, stream, buf, (size_t)n);
+                        continue;
+                }
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n == 0 || errno != EAGAIN)
+                        close_fd(fd);
+                return;
+        }
+}
+
+static void feed_stdin(struct exec_state *st)
+{
+        while (st->in_left > 0) {
+                ssize_t n = write(st->in_w, st->in_data, st->in_left);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0 && errno == EAGAIN)
+                        return;
+                if (n <= 0)
+                        break; /* the program closed its stdin: fine */
+                st->in_data += n;
+                st->in_left -= (size_t)n;
+        }
+        close_fd(&st->in_w);
+}
+
+static void on_status(struct exec_state *st)
+{
+        struct box_status s;
+        int r = read_status(st, &s);
+        if (r <= 0) {
+                close_fd(&st->status_r);
+                if (!st->exited) /* init closed it without a word: init is gone */
+                        st->box_died = true;
+                return;
+        }
+        if (s.kind == BOX_STATUS_EXITED) {
+                st->exited = true;
+                st->wait_status = s.value;
+        } else if (s.kind == BOX_STATUS_EXEC_FAILED && !st->exec_failed) {
+                st->exec_failed = true;
+                st->fail_errno = s.value;
+        } else if (s.kind == BOX_STATUS_SETUP_FAILED && !st->setup_failed) {
+                st->setup_failed = true;
+                st->fail_errno = s.value;
+        }
+}
+
+static int poll_timeout_ms(const struct exec_state *st)
+{
+        uint64_t now = now_ns();
+        if (now >= st->deadline_ns)
+                return 0;
+        uint64_t ms = (st->deadline_ns - now + 999999) / 1000000;
+        return ms > 60000 ? 60000 : (int)ms;
+}
+
+static void watch(struct exec_state *st)
+{
+        int cancel_fd = st->opts ? st->opts->cancel_fd : -1;
+        while (!st->exited && !st->box_died && !st->timed_out && !st->cancelled && !st->flooded) {
+                struct pollfd p[6] = {
+                        {.fd = st->status_r, .events = POLLIN},
+                        {.fd = st->out_r, .events = POLLIN},
+                        {.fd = st->err_r, .events = POLLIN},
+                        {.fd = st->in_w, .events = POLLOUT},
+                        {.fd = cancel_fd, .events = POLLIN},
+                        {.fd = st->box->pidfd, .events = POLLIN},
+                };
+                int n = poll(p, 6, poll_timeout_ms(st));
+                if (n < 0 && errno != EINTR)
+                        break;
+                if (p[1].revents)
+                        read_stream(st, &st->out_r, 1);
+                if (p[2].revents)
+                        read_stream(st, &st->err_r, 2);
+                if (p[3].revents)
+                        feed_stdin(st);
+                if (p[0].revents)
+                        on_status(st);
+                if (p[4].revents)
+                        st->cancelled = true;
+                if (p[5].revents && !st->exited)
+                        st->box_died = true;
+                if (now_ns() >= st->deadline_ns && !st->exited)
+                        st->timed_out = true;
+        }
+}
+
+/* Ends whatever the exec left running, then reads its pipes to the end. */
+static void finish(struct exec_state *st)
+{
+        if (st->cg) {
+                (void)cage_cgroup_stats(st->cg, &st->stats);
+                (void)cage_cgroup_kill(st->cg);
+        } else {
+                signal_exec(st, SIGKILL);
+        }
+        close_fd(&st->in_w);
+        uint64_t until = now_ns() + DRAIN_MS * 1000000ULL;
+        while ((st->out_r >= 0 || st->err_r >= 0) && now_ns() < until) {
+                struct pollfd p[2] = {{.fd = st->out_r, .events = POLLIN},
+                                      {.fd = st->err_r, .events = POLLIN}};
+                if (poll(p, 2, 100) < 0 && errno != EINTR)
+                        break;
+                if (p[0].revents)
+                        read_stream(st, &st->out_r, 1);
+                if (p[1].revents)
+                        read_stream(st, &st->err_r, 2);
+        }
+        /* The EXITED record of a killed exec, if it is already there. */
+        struct pollfd p = {.fd = st->status_r, .events = POLLIN};
+        while (!st->exited && st->status_r >= 0 && poll(&p, 1, 0) == 1) {
+                on_status(st);
+                p.fd = st->status_r;
+        }
+}
+
+/* ---- the verdict ---- */
+
+static void oom_reason(struct exec_state *st, struct cage_result *res)
+{
+        res->status = CAGE_STATUS_OOM;
+        snprintf(res->reason, sizeof(res->reason),
+                 "out of memory: the memory limit of %llu MiB was reached",
+                 (unsigned long long)(st->box->memory_bytes >> 20));
+}
+
+static uint64_t oom_kills_now(struct cage_box *box)
+{
+        struct cgroup_stats s = {0};
+        if (box->cg)
+                (void)cage_cgroup_stats(box->cg, &s);
+        return s.oom_kills;
+}
+
+static void judge_exit(struct exec_state *st, struct cage_result *res, bool oom)
+{
+        int ws = st->wait_status;
+        if (WIFEXITED(ws)) {
+                res->exit_code = WEXITSTATUS(ws);
+                res->status = res->exit_code == 0 ? CAGE_STATUS_OK : CAGE_STATUS_ERROR;
+        } else if (WIFSIGNALED(ws)) {
+                res->signal = WTERMSIG(ws);
+                res->status = CAGE_STATUS_ERROR;
+                snprintf(res->reason, sizeof(res->reason), "killed by signal %d (%s)", res->signal,
+                         strsignal(res->signal));
+        }
+        if (res->status == CAGE_STATUS_ERROR && oom)
+                oom_reason(st, res);
+        if (st->exec_failed && res->status == CAGE_STATUS_ERROR)
+                snprintf(res->reason, sizeof(res->reason), "cannot run \"%s\": %s", st->ex->argv[0],
+                         strerror(st->fail_errno));
+}
+
+static void judge(struct exec_state *st, struct cage_result *res)
+{
+        bool oom = oom_kills_now(st->box) > st->oom_before;
+        res->exit_code = -1;
+        if (st->setup_failed) {
+                res->status = CAGE_STATUS_INTERNAL_ERROR;
+                snprintf(res->reason, sizeof(res->reason),
+                         "the sandbox's init could not set "
+                         "up the exec: %s",
+                         strerror(st->fail_errno));
+        } else if (st->cancelled) {
+                res->status = CAGE_STATUS_CANCELLED;
+                snprintf(res->reason, sizeof(res->reason), "cancelled");
+        } else if (st->timed_out) {
+                res->status = CAGE_STATUS_TIMEOUT;
+                snprintf(res->reason, sizeof(res->reason), "wall-clock timeout of %llu ms reached",
+                         (unsigned long long)st->ex->timeout_ms);
+        } else if (st->flooded) {
+                res->status = CAGE_STATUS_OUTPUT_LIMIT;
+                snprintf(res->reason, sizeof(res->reason),
+                         "stopped after writing more than %llu bytes of output",
+                         (unsigned long long)st->ex->output_stop_bytes);
+        } else if (st->exited) {
+                judge_exit(st, res, oom);
+        } else if (oom) {
+                oom_reason(st, res);
+        } else if (st->box->killed) {
+                res->status = CAGE_STATUS_CANCELLED;
+                snprintf(res->reason, sizeof(res->reason), "the sandbox was stopped");
+        } else {
+                res->status = CAGE_STATUS_INTERNAL_ERROR;
+                snprintf(res->reason, sizeof(res->reason), "the sandbox's init ended");
+        }
+}
+
+static void collect_usage(struct exec_state *st, struct cage_result *res)
+{
+        res->cpu_ms = st->stats.cpu_usage_ns / 1000000ULL;
+        res->peak_memory_bytes = st->stats.peak_memory_bytes;
+        if (!res->peak_memory_bytes && st->box->cg) {
+                /* v2 sub-groups have no memory controller: the sandbox's peak. */
+                struct cgroup_stats s = {0};
+                (void)cage_cgroup_stats(st->box->cg, &s);
+                res->peak_memory_bytes = s.peak_memory_bytes;
+        }
+        res->limits_backend = cgroup_backend_to_string(
+                st->box->cg ? cage_cgroup_backend(st->box->cg) : CGROUP_BACKEND_NONE);
+}
+
+static void note_exec_failure(struct exec_state *st)
+{
+        char msg[512];
+        int n = snprintf(msg, sizeof(msg), "codecage: cannot run \"%s\": %s\n", st->ex->argv[0],
+                         strerror(st->fail_errno));
+        if (n > 0)
+                output_capture_feed(&st->cap_err, msg,
+                                    (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1);
+}
+
+static void cleanup(struct exec_state *st)
+{
+        cage_cgroup_destroy(st->cg);
+        st->cg = NULL;
+        for (int i = 0; i < BOX_FD_COUNT; i++)
+                close_fd(&st->child[i]);
+        close_fd(&st->in_w);
+        close_fd(&st->out_r);
+        close_fd(&st->err_r);
+        close_fd(&st->status_r);
+        close_fd(&st->go_w);
+        output_capture_free(&st->cap_out);
+        output_capture_free(&st->cap_err);
+}
+
+static int check_exec(const struct cage_exec *ex, struct cage_error *err)
+{
+        if (!ex->argv || !ex->argv[0] || !ex->argv[0][0])
+                return cage_fail(err, -EINVAL, "argv: at least the program is required");
+        if (ex->cwd && ex->cwd[0] != '/')
+                return cage_fail(err, -EINVAL, "cwd: \"%s\" is not an absolute path", ex->cwd);
+        for (size_t i = 0; ex->env && ex->env[i]; i++)
+                if (!strchr(ex->env[i], '=') || ex->env[i][0] == '=')
+                        return cage_fail(err, -EINVAL, "env[%zu]: not NAME=VALUE", i);
+        if (!ex->timeout_ms)
+                return cage_fail(err, -EINVAL, "timeout: must be positive");
+        return 0;
+}
+
+int cage_box_exec(struct cage_box *box, const struct cage_exec *ex,
+                  const struct cage_run_options *opts, struct cage_result *res,
+                  struct cage_error *err)
+{
+        struct exec_state st = {.box = box,
+                                .ex = ex,
+                                .opts = opts,
+                                .in_w = -1,
+                                .out_r = -1,
+                                .err_r = -1,
+                                .status_r = -1,
+                                .go_w = -1};
+        for (int i = 0; i < BOX_FD_COUNT; i++)
+                st.child[i] = -1;
+        memset(res, 0, sizeof(*res));
+        int r = check_exec(ex, err);
+        if (r < 0)
+                return r;
+        uint64_t t0 = now_ns();
+        bool keep = !opts || opts->keep_output;
+        st.in_data = ex->stdin_data;
+        st.in_left = ex->stdin_data ? ex->stdin_len : 0;
+        st.oom_before = oom_kills_now(box);
+        if ((r = output_capture_init(&st.cap_out, keep ? ex->output_max_bytes : 0)) < 0 ||
+            (r = output_capture_init(&st.cap_err, keep ? ex->output_max_bytes : 0)) < 0) {
+                cleanup(&st);
+                return cage_fail(err, r, "output buffers");
+        }
+        r = submit(&st, err);
+        if (r == 0 && (r = place(&st, err)) < 0)
+                signal_exec(&st, SIGKILL);
+        if (r < 0) {
+                finish(&st);
+                cleanup(&st);
+                return r;
+        }
+        watch(&st);
+        finish(&st);
+        if (st.exec_failed)
+                note_exec_failure(&st);
+        collect_usage(&st, res);
+        judge(&st, res);
+        r = output_capture_finish(&st.cap_out, &res->out);
+        if (r == 0)
+                r = output_capture_finish(&st.cap_err, &res->err);
+        cleanup(&st);
+        res->duration_ms = (now_ns() - t0) / 1000000ULL;
+        return r < 0 ? cage_fail(err, r, "collecting output") : 0;
+}
