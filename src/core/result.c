@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "codecage/codecage.h"
+#include "core/result_json.h"
 #include "util/cleanup.h"
 
 static const char *const status_names[] = {
@@ -55,7 +56,7 @@ static json_t *truncation(const struct cage_result *r)
         return t;
 }
 
-char *cage_result_to_json(const struct cage_result *r)
+json_t *cage_result_to_json_object(const struct cage_result *r)
 {
         json_t *o = json_object();
         if (!o)
@@ -74,6 +75,14 @@ char *cage_result_to_json(const struct cage_result *r)
         json_object_set_new(o, "reason", r->reason[0] ? json_string(r->reason) : json_null());
         json_object_set_new(o, "limits_backend",
                             json_string(r->limits_backend ? r->limits_backend : "none"));
+        return o;
+}
+
+char *cage_result_to_json(const struct cage_result *r)
+{
+        json_t *o = cage_result_to_json_object(r);
+        if (!o)
+                return NULL;
         char *s = json_dumps(o, JSON_COMPACT);
         json_decref(o);
         return s;

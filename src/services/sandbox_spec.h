@@ -1,0 +1,62 @@
+/* Sandbox specs as the API receives them (JSON, DESIGN section 2): parsing,
+ * defaults from the server config, limits, and the normalised document
+ * that is stored and shown back. Parsing touches nothing on the host except
+ * resolving mount sources against the config's mounts_allowed.
+ *
+ * Every problem is -EINVAL (or -EPERM for what the server's policy
+ * refuses) with a message naming the field: "memory_mib: 99999 is above
+ * this server's maximum of 8192". Unknown fields are errors. */
+#ifndef CODECAGE_SERVICES_SANDBOX_SPEC_H
+#define CODECAGE_SERVICES_SANDBOX_SPEC_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "codecage/codecage.h"
+
+struct cage_config;
+
+#define SVC_NAME_MAX         63
+#define SVC_ENV_MAX          256
+#define SVC_ENV_VALUE_MAX    (32 * 1024)
+#define SVC_SECRETS_MAX      64
+#define SVC_LABELS_MAX       64
+#define SVC_LABEL_VALUE_MAX  256
+#define SVC_IDLE_TIMEOUT_MAX (30ULL * 24 * 3600)
+
+struct svc_spec {
+        char name[SVC_NAME_MAX + 1]; /* "" for one-shot runs */
+        uint64_t memory_mib, disk_mib, timeout_s_ms, output_max_bytes, idle_timeout_s;
+        double cpus;
+        uint32_t pids;
+        json_t *env;     /* object of strings */
+        json_t *secrets; /* array of names the config knows */
+        json_t *mounts;  /* array of {source, target, writable}, source as given */
+        char *resolved_mounts[CAGE_MOUNTS_MAX];
+        size_t n_mounts;
+        json_t *labels; /* object of strings */
+        json_t *doc;    /* the normalised spec: every field, defaults filled in */
+};
+
+/* Whether name is a valid sandbox name: [A-Za-z0-9][A-Za-z0-9_.-]{0,62}. */
+bool svc_name_valid(const char *name);
+
+/* Parses a spec document. With named, "name" is required; without, it is
+ * refused (one-shot runs). `allowed_extra` lists further top-level keys the
+ * caller handles itself (NULL-terminated; e.g. "code", "files"). */
+int svc_spec_parse(const struct cage_config *cfg, const json_t *in, bool named,
+                   const char *const *allowed_extra, struct svc_spec **ret,
+                   struct cage_error *err);
+struct svc_spec *svc_spec_free(struct svc_spec *s);
+
+/* Fills a struct cage_spec for launching (pointers into s and env_storage;
+ * both must outlive the launch): limits, the mounts, the workspace (when
+ * workspace_dir is not NULL) and the environment: the spec's env, the
+ * server variables the config's env_allowlist passes through, and each
+ * secret as NAME=value. *env_storage is malloc'ed; free() it. */
+int svc_spec_to_cage(const struct svc_spec *s, const struct cage_config *cfg,
+                     const char *workspace_dir, struct cage_spec *out, char **env_storage,
+                     struct cage_error *err);
+
+#endif

@@ -1,0 +1,760 @@
+/* The sandbox service: opening (and recovering after a crash), the
+ * registry of named sandboxes, their lifecycle (create, start, stop, kill,
+ * remove), info documents, logs, the idle reaper. See service.h for the
+ * contract and service_private.h for the locking rules.
+ *
+ * Crash recovery rests on three facts: a sandbox's pid 1 dies with the
+ * server (parent-death signal, set on a thread that lives as long as the
+ * process), its cgroup carries the server's pid in its name and is swept
+ * once that pid is gone, and workspace mounts live in the server's own
+ * mount namespace. What the store still says is "running" is then marked
+ * stopped, after checking that no process it names is left. */
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/cgroup.h"
+#include "core/launch.h"
+#include "core/spec.h"
+#include "service_private.h"
+#include "util/cleanup.h"
+#include "util/error.h"
+
+#define REAPER_PERIOD_S 1
+#define STORE_FILE      "sandboxes.db"
+#define LIST_MAX        4096 /* sandboxes one list shows */
+
+int64_t svc_now_ms(void)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int cage_service_http_status(int r)
+{
+        switch (r) {
+        case -EINVAL:
+                return 400;
+        case -EPERM:
+        case -EACCES:
+                return 403;
+        case -ENOENT:
+                return 404;
+        case -EEXIST:
+        case -EBUSY:
+                return 409;
+        case -E2BIG:
+        case -EFBIG:
+                return 413;
+        case -ENOSPC:
+        case -EDQUOT:
+                return 507;
+        default:
+                return r >= 0 ? 200 : 500;
+        }
+}
+
+void svc_audit(struct cage_service *svc, enum cage_audit_event ev, const char *tenant,
+               const char *sandbox, json_t *labels, json_t *fields)
+{
+        if (svc->audit)
+                (void)cage_audit_record(svc->audit, ev, tenant, sandbox, labels, fields, NULL);
+        json_decref(fields);
+}
+
+/* ---- registry ---- */
+
+static struct sb *sb_new(struct cage_service *svc, const char *tenant, const char *name,
+                         const char *id)
+{
+        struct sb *sb = calloc(1, sizeof(*sb));
+        if (!sb)
+                return NULL;
+        sb->svc = svc;
+        snprintf(sb->tenant, sizeof(sb->tenant), "%s", tenant);
+        snprintf(sb->name, sizeof(sb->name), "%s", name);
+        snprintf(sb->id, sizeof(sb->id), "%s", id ? id : "");
+        pthread_mutex_init(&sb->lock, NULL);
+        pthread_cond_init(&sb->changed, NULL);
+        return sb;
+}
+
+static void sb_free(struct sb *sb)
+{
+        svc_spec_free(sb->spec);
+        json_decref(sb->stored_doc);
+        free(sb->workspace);
+        log_ring_clear(&sb->logs);
+        pthread_mutex_destroy(&sb->lock);
+        pthread_cond_destroy(&sb->changed);
+        free(sb);
+}
+
+static struct sb *find_locked(struct cage_service *svc, const char *tenant, const char *name)
+{
+        for (struct sb *sb = svc->list; sb; sb = sb->next)
+                if (strcmp(sb->tenant, tenant) == 0 && strcmp(sb->name, name) == 0)
+                        return sb;
+        return NULL;
+}
+
+static void unlink_locked(struct cage_service *svc, struct sb *gone)
+{
+        for (struct sb **p = &svc->list; *p; p = &(*p)->next)
+                if (*p == gone) {
+                        *p = gone->next;
+                        return;
+                }
+}
+
+int svc_lookup(struct cage_service *svc, const char *tenant, const char *name, struct sb **ret,
+               struct cage_error *err)
+{
+        if (!svc_name_valid(name))
+                return cage_fail(err, -EINVAL,
+                                 "sandbox name \"%.64s\" is invalid: 1..63 characters of letters, "
+                                 "digits, '_', '.' and '-'",
+                                 name ? name : "");
+        pthread_mutex_lock(&svc->lock);
+        struct sb *sb = find_locked(svc, tenant, name);
+        if (sb)
+                sb->refs++;
+        pthread_mutex_unlock(&svc->lock);
+        if (!sb)
+                return cage_fail(err, -ENOENT, "no sandbox named \"%s\"", name);
+        *ret = sb;
+        return 0;
+}
+
+void svc_unref(struct sb *sb)
+{
+        struct cage_service *svc = sb->svc;
+        pthread_mutex_lock(&svc->lock);
+        bool last = --sb->refs == 0 && sb->removed;
+        pthread_mutex_unlock(&svc->lock);
+        if (last)
+                sb_free(sb);
+}
+
+/* Looks up and locks; -ENOENT for a sandbox removed meanwhile. */
+static int lookup_locked(struct cage_service *svc, const char *tenant, const char *name,
+                         struct sb **ret, struct cage_error *err)
+{
+        int r = svc_lookup(svc, tenant, name, ret, err);
+        if (r < 0)
+                return r;
+        pthread_mutex_lock(&(*ret)->lock);
+        if ((*ret)->removed) {
+                pthread_mutex_unlock(&(*ret)->lock);
+                svc_unref(*ret);
+                return cage_fail(err, -ENOENT, "no sandbox named \"%s\"", name);
+        }
+        return 0;
+}
+
+static void unlock_unref(struct sb *sb)
+{
+        pthread_mutex_unlock(&sb->lock);
+        svc_unref(sb);
+}
+
+static size_t snapshot(struct cage_service *svc, const char *tenant, struct sb **out);
+
+/* ---- lifecycle (sb->lock held) ---- */
+
+json_t *svc_labels(const struct sb *sb)
+{
+        return sb->spec ? sb->spec->labels : json_object_get(sb->stored_doc, "labels");
+}
+
+int svc_workspace_fd(struct sb *sb, struct cage_error *err)
+{
+        if (!sb->workspace) {
+                int r = cage_workspace_mount(sb->svc->ws_base, sb->id, &sb->workspace, err);
+                if (r < 0)
+                        return r;
+        }
+        int fd = open(sb->workspace, O_PATH | O_DIRECTORY | O_CLOEXEC);
+        return fd < 0 ? cage_fail(err, -errno, "opening the workspace") : fd;
+}
+
+static int start_locked(struct sb *sb, struct cage_error *err)
+{
+        struct cage_service *svc = sb->svc;
+        _cleanup_free_ char *env = NULL;
+        struct cage_spec spec;
+        if (!sb->spec)
+                return cage_fail(err, -EPERM,
+                                 "sandbox \"%s\" cannot start: the server's configuration no "
+                                 "longer allows its spec (%s); remove it",
+                                 sb->name, sb->broken);
+        int fd = svc_workspace_fd(sb, err);
+        if (fd < 0)
+                return fd;
+        close(fd);
+        int r = svc_spec_to_cage(sb->spec, svc->cfg, sb->workspace, &spec, &env, err);
+        if (r == 0)
+                r = cage_box_start(&spec, &sb->box, err);
+        if (r < 0)
+                return r;
+        struct cage_sandbox_runtime rt = {.host_uid = (uint32_t)cage_box_host_uid(sb->box),
+                                          .cgroup = cage_box_cgroup_name(sb->box),
+                                          .init_pid = cage_box_init_pid(sb->box),
+                                          .boot_id = svc->boot_id,
+                                          .server_instance = svc->instance};
+        (void)cage_store_set_state(svc->store, sb->id, CAGE_SANDBOX_RUNNING, &rt, NULL);
+        json_t *secrets = sb->spec->secrets;
+        svc_audit(svc, CAGE_AUDIT_SANDBOX_START, sb->tenant, sb->name, svc_labels(sb), NULL);
+        if (json_array_size(secrets))
+                svc_audit(svc, CAGE_AUDIT_SECRET_INJECT, sb->tenant, sb->name, svc_labels(sb),
+                          json_pack("{s:O}", "secrets", secrets));
+        pthread_cond_broadcast(&sb->changed);
+        return 0;
+}
+
+/* Kills the box, waits until no exec uses it, and frees it. */
+static void stop_locked(struct sb *sb, const char *how)
+{
+        if (!sb->box)
+                return;
+        cage_box_kill(sb->box);
+        while (sb->active > 0)
+                pthread_cond_wait(&sb->changed, &sb->lock);
+        sb->box = cage_box_destroy(sb->box);
+        (void)cage_store_set_state(sb->svc->store, sb->id, CAGE_SANDBOX_STOPPED, NULL, NULL);
+        svc_audit(sb->svc, CAGE_AUDIT_SANDBOX_STOP, sb->tenant, sb->name, svc_labels(sb),
+                  json_pack("{s:s}", "how", how));
+        pthread_cond_broadcast(&sb->changed);
+}
+
+int svc_ensure_running(struct sb *sb, bool *restarted, struct cage_error *err)
+{
+        *restarted = false;
+        if (sb->box && !cage_box_alive(sb->box))
+                stop_locked(sb, "died"); /* e.g. its pid 1 was OOM-killed */
+        if (sb->box)
+                return 0;
+        *restarted = true;
+        return start_locked(sb, err);
+}
+
+/* ---- info ---- */
+
+static json_t *iso_time(int64_t ms)
+{
+        char buf[64];
+        time_t s = (time_t)(ms / 1000);
+        struct tm tm;
+        gmtime_r(&s, &tm);
+        size_t n = strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S", &tm);
+        snprintf(buf + n, sizeof(buf) - n, ".%03dZ", (int)(ms % 1000));
+        return json_string(buf);
+}
+
+static json_t *info_locked(struct sb *sb)
+{
+        json_t *usage = json_null();
+        if (sb->box) {
+                struct cage_box_usage u;
+                if (cage_box_usage(sb->box, &u) == 0)
+                        usage = json_pack("{s:I,s:I}", "cpu_ms", (json_int_t)u.cpu_ms,
+                                          "memory_peak_bytes", (json_int_t)u.memory_bytes);
+        }
+        uint64_t used = 0, total = 0;
+        json_t *disk = json_null();
+        if (sb->workspace &&
+            cage_workspace_usage(sb->svc->ws_base, sb->id, &used, &total, NULL) >= 0)
+                disk = json_pack("{s:I,s:I}", "used_bytes", (json_int_t)used, "total_bytes",
+                                 (json_int_t)total);
+        return json_pack("{s:s, s:s, s:s, s:s, s:o, s:o, s:O, s:O, s:o, s:o, s:i}", "name",
+                         sb->name, "id", sb->id, "state", sb->box ? "running" : "stopped",
+                         "image", "host", "created", iso_time(sb->created_ms), "last_used",
+                         iso_time(sb->last_used_ms), "labels", svc_labels(sb), "spec",
+                         sb->spec ? sb->spec->doc : sb->stored_doc, "usage", usage, "disk", disk, "execs_running",
+                         (int)sb->active);
+}
+
+/* ---- create ---- */
+
+static int count_tenant(struct cage_service *svc, const char *tenant)
+{
+        int n = 0;
+        for (struct sb *sb = svc->list; sb; sb = sb->next)
+                n += strcmp(sb->tenant, tenant) == 0;
+        return n;
+}
+
+/* Reserves the name: the new entry is in the registry, locked, before
+ * anything slow happens, so a concurrent create of the same name fails. */
+static int reserve(struct cage_service *svc, const char *tenant, struct svc_spec *spec,
+                   struct sb **ret, struct cage_error *err)
+{
+        pthread_mutex_lock(&svc->lock);
+        int r = 0;
+        if (find_locked(svc, tenant, spec->name))
+                r = cage_fail(err, -EEXIST, "a sandbox named \"%s\" already exists", spec->name);
+        else if ((uint32_t)count_tenant(svc, tenant) >= svc->cfg->limits.max_sandboxes_per_tenant)
+                r = cage_fail(err, -EPERM, "this tenant already has %u sandboxes, the most allowed",
+                              svc->cfg->limits.max_sandboxes_per_tenant);
+        struct sb *sb = r == 0 ? sb_new(svc, tenant, spec->name, NULL) : NULL;
+        if (r == 0 && !sb)
+                r = cage_fail(err, -ENOMEM, "sandbox");
+        if (sb) {
+                sb->refs = 2; /* the registry's and ours */
+                sb->spec = spec;
+                pthread_mutex_lock(&sb->lock);
+                sb->next = svc->list;
+                svc->list = sb;
+        }
+        pthread_mutex_unlock(&svc->lock);
+        *ret = sb;
+        return r;
+}
+
+static int persist_new(struct cage_service *svc, struct sb *sb, struct cage_error *err)
+{
+        _cleanup_free_ char *spec_json = json_dumps(sb->spec->doc, JSON_COMPACT | JSON_SORT_KEYS);
+        _cleanup_free_ char *labels = json_dumps(svc_labels(sb), JSON_COMPACT | JSON_SORT_KEYS);
+        struct cage_sandbox_record in = {.tenant = sb->tenant,
+                                         .name = sb->name,
+                                         .spec_json = spec_json,
+                                         .labels_json = labels},
+                                   *out = NULL;
+        if (!spec_json || !labels)
+                return cage_fail(err, -ENOMEM, "spec");
+        int r = cage_store_insert(svc->store, &in, &out, err);
+        if (r < 0)
+                return r;
+        snprintf(sb->id, sizeof(sb->id), "%s", out->id);
+        sb->created_ms = out->created_ms;
+        sb->last_used_ms = out->last_used_ms;
+        cage_sandbox_record_free(out);
+        return cage_workspace_create(svc->ws_base, sb->id, sb->spec->disk_mib * MIB,
+                                     svc->ws_backend, err);
+}
+
+/* Undoes a failed create: nothing of it stays. */
+static void abandon(struct cage_service *svc, struct sb *sb)
+{
+        sb->box = cage_box_destroy(sb->box);
+        if (sb->id[0]) {
+                (void)cage_workspace_destroy(svc->ws_base, sb->id, NULL);
+                (void)cage_store_delete(svc->store, sb->id, NULL);
+        }
+        sb->removed = true;
+        pthread_mutex_unlock(&sb->lock);
+        pthread_mutex_lock(&svc->lock);
+        unlink_locked(svc, sb);
+        sb->refs--; /* the registry's reference */
+        pthread_mutex_unlock(&svc->lock);
+        svc_unref(sb);
+}
+
+int cage_service_sandbox_create(struct cage_service *svc, const char *tenant, const json_t *spec,
+                                json_t **ret, struct cage_error *err)
+{
+        struct svc_spec *parsed = NULL;
+        struct sb *sb = NULL;
+        int r = svc_spec_parse(svc->cfg, spec, true, NULL, &parsed, err);
+        if (r < 0)
+                return r;
+        if ((r = reserve(svc, tenant, parsed, &sb, err)) < 0) {
+                svc_spec_free(parsed);
+                return r;
+        }
+        r = persist_new(svc, sb, err);
+        if (r == 0)
+                r = start_locked(sb, err);
+        if (r < 0) {
+                abandon(svc, sb);
+                return r;
+        }
+        svc_audit(svc, CAGE_AUDIT_SANDBOX_CREATE, tenant, sb->name, svc_labels(sb),
+                  json_pack("{s:s}", "id", sb->id));
+        *ret = info_locked(sb);
+        unlock_unref(sb);
+        return 0;
+}
+
+/* ---- get, list, stop, start, kill, remove, logs ---- */
+
+int cage_service_sandbox_get(struct cage_service *svc, const char *tenant, const char *name,
+                             json_t **ret, struct cage_error *err)
+{
+        struct sb *sb;
+        int r = lookup_locked(svc, tenant, name, &sb, err);
+        if (r < 0)
+                return r;
+        *ret = info_locked(sb);
+        unlock_unref(sb);
+        return 0;
+}
+
+static bool label_matches(const struct sb *sb, const char *filter)
+{
+        if (!filter)
+                return true;
+        const char *eq = strchr(filter, '=');
+        if (!eq)
+                return false;
+        char key[SVC_NAME_MAX + 1];
+        snprintf(key, sizeof(key), "%.*s", (int)(eq - filter), filter);
+        const json_t *v = json_object_get(svc_labels(sb), key);
+        return json_is_string(v) && strcmp(json_string_value(v), eq + 1) == 0;
+}
+
+static int compare_names(const void *a, const void *b)
+{
+        const char *x = json_string_value(json_object_get(*(json_t *const *)a, "name"));
+        const char *y = json_string_value(json_object_get(*(json_t *const *)b, "name"));
+        return strcmp(x, y);
+}
+
+int cage_service_sandbox_list(struct cage_service *svc, const char *tenant,
+                              const char *label_filter, json_t **ret, struct cage_error *err)
+{
+        if (label_filter && (!strchr(label_filter, '=') || strlen(label_filter) > 512))
+                return cage_fail(err, -EINVAL, "label: the filter is KEY=VALUE");
+        _cleanup_free_ struct sb **found = calloc(LIST_MAX, sizeof(*found));
+        if (!found)
+                return cage_fail(err, -ENOMEM, "list");
+        size_t n = snapshot(svc, tenant, found);
+        json_t **items = calloc(n ? n : 1, sizeof(*items));
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++) {
+                pthread_mutex_lock(&found[i]->lock);
+                if (items && !found[i]->removed && label_matches(found[i], label_filter))
+                        items[k++] = info_locked(found[i]);
+                unlock_unref(found[i]);
+        }
+        if (!items)
+                return cage_fail(err, -ENOMEM, "list");
+        qsort(items, k, sizeof(*items), compare_names);
+        json_t *arr = json_array();
+        for (size_t i = 0; i < k; i++)
+                json_array_append_new(arr, items[i]);
+        free(items);
+        *ret = json_pack("{s:o}", "sandboxes", arr);
+        return 0;
+}
+
+static int stop_or_kill(struct cage_service *svc, const char *tenant, const char *name,
+                        const char *how, json_t **ret, struct cage_error *err)
+{
+        struct sb *sb;
+        int r = lookup_locked(svc, tenant, name, &sb, err);
+        if (r < 0)
+                return r;
+        stop_locked(sb, how);
+        *ret = info_locked(sb);
+        unlock_unref(sb);
+        return 0;
+}
+
+int cage_service_sandbox_stop(struct cage_service *svc, const char *tenant, const char *name,
+                              json_t **ret, struct cage_error *err)
+{
+        return stop_or_kill(svc, tenant, name, "stop", ret, err);
+}
+
+int cage_service_sandbox_kill(struct cage_service *svc, const char *tenant, const char *name,
+                              json_t **ret, struct cage_error *err)
+{
+        return stop_or_kill(svc, tenant, name, "kill", ret, err);
+}
+
+int cage_service_sandbox_start(struct cage_service *svc, const char *tenant, const char *name,
+                               json_t **ret, struct cage_error *err)
+{
+        struct sb *sb;
+        bool restarted;
+        int r = lookup_locked(svc, tenant, name, &sb, err);
+        if (r < 0)
+                return r;
+        r = svc_ensure_running(sb, &restarted, err);
+        if (r == 0)
+                *ret = info_locked(sb);
+        unlock_unref(sb);
+        return r;
+}
+
+int cage_service_sandbox_remove(struct cage_service *svc, const char *tenant, const char *name,
+                                struct cage_error *err)
+{
+        struct sb *sb;
+        int r = lookup_locked(svc, tenant, name, &sb, err);
+        if (r < 0)
+                return r;
+        stop_locked(sb, "remove");
+        free(sb->workspace);
+        sb->workspace = NULL;
+        r = cage_workspace_destroy(svc->ws_base, sb->id, err);
+        if (r == 0)
+                r = cage_store_delete(svc->store, sb->id, err);
+        if (r < 0) {
+                unlock_unref(sb);
+                return r;
+        }
+        sb->removed = true;
+        svc_audit(svc, CAGE_AUDIT_SANDBOX_REMOVE, tenant, name, svc_labels(sb), NULL);
+        pthread_mutex_unlock(&sb->lock);
+        pthread_mutex_lock(&svc->lock);
+        unlink_locked(svc, sb);
+        sb->refs--; /* the registry's reference */
+        pthread_mutex_unlock(&svc->lock);
+        svc_unref(sb);
+        return 0;
+}
+
+int cage_service_sandbox_logs(struct cage_service *svc, const char *tenant, const char *name,
+                              size_t tail, json_t **ret, struct cage_error *err)
+{
+        struct sb *sb;
+        int r = lookup_locked(svc, tenant, name, &sb, err);
+        if (r < 0)
+                return r;
+        *ret = log_ring_tail(&sb->logs, tail);
+        unlock_unref(sb);
+        return *ret ? 0 : cage_fail(err, -ENOMEM, "logs");
+}
+
+/* ---- opening and recovery ---- */
+
+static int make_dir(const char *path, struct cage_error *err)
+{
+        if (mkdir(path, 0700) < 0 && errno != EEXIST)
+                return cage_fail(err, -errno, "creating %s", path);
+        struct stat st;
+        if (lstat(path, &st) < 0 || !S_ISDIR(st.st_mode))
+                return cage_fail(err, -ENOTDIR, "%s is not a directory", path);
+        if (st.st_uid != geteuid() || (st.st_mode & 0022))
+                return cage_fail(err, -EPERM,
+                                 "%s must be owned by us and not writable by group or others",
+                                 path);
+        return 0;
+}
+
+/* As root, workspace mounts go into a mount namespace of our own, so they
+ * vanish with the server. Only possible while we have a single thread. */
+static int private_mounts(struct cage_error *err)
+{
+        if (geteuid() != 0)
+                return 0;
+        if (unshare(CLONE_NEWNS) < 0)
+                return cage_fail(err, -errno,
+                                 "a private mount namespace (cage_service_open must be called "
+                                 "before any thread starts)");
+        /* Host mounts still propagate in; ours never propagate out. */
+        if (mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0)
+                return cage_fail(err, -errno, "making our mounts private");
+        return 0;
+}
+
+/* A leftover pid 1 of the previous server is dead already (parent-death
+ * signal); if one is somehow alive and still in its cgroup, kill it. */
+static int kill_leftover(void *ctx, const struct cage_sandbox_record *rec,
+                         struct cage_error *err)
+{
+        struct cage_service *svc = ctx;
+        (void)err;
+        if (rec->rt.init_pid <= 0 || !rec->rt.cgroup || !rec->rt.boot_id ||
+            strcmp(rec->rt.boot_id, svc->boot_id) != 0)
+                return 0;
+        char path[64], buf[4096];
+        snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)rec->rt.init_pid);
+        _cleanup_fclose_ FILE *f = fopen(path, "re");
+        size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+        buf[n] = '\0';
+        if (n && strstr(buf, rec->rt.cgroup))
+                kill(rec->rt.init_pid, SIGKILL);
+        return 0;
+}
+
+static int load_sandboxes(struct cage_service *svc, struct cage_error *err)
+{
+        /* Every tenant's records: the store lists per tenant, so read the
+         * configured tenants and the default one. */
+        size_t n_tenants = svc->cfg->n_tenants ? svc->cfg->n_tenants : 1;
+        for (size_t t = 0; t < n_tenants; t++) {
+                const char *tenant = svc->cfg->n_tenants ? svc->cfg->tenants[t].name
+                                                         : CAGE_SERVICE_DEFAULT_TENANT;
+                struct cage_sandbox_list list = {0};
+                int r = cage_store_list(svc->store, tenant, NULL, &list, err);
+                if (r < 0)
+                        return r;
+                for (size_t i = 0; i < list.n; i++) {
+                        const struct cage_sandbox_record *rec = list.items[i];
+                        struct sb *sb = sb_new(svc, rec->tenant, rec->name, rec->id);
+                        if (!sb)
+                                continue;
+                        sb->stored_doc = json_loads(rec->spec_json, 0, NULL);
+                        struct cage_error serr = {0};
+                        if (!sb->stored_doc ||
+                            svc_spec_parse(svc->cfg, sb->stored_doc, true, NULL, &sb->spec,
+                                           &serr) < 0)
+                                /* The config changed under it (a secret or a mount is
+                                 * gone): listed, removable, not startable. */
+                                snprintf(sb->broken, sizeof(sb->broken), "%.200s",
+                                         serr.message[0] ? serr.message : "unreadable spec");
+                        sb->created_ms = rec->created_ms;
+                        sb->last_used_ms = rec->last_used_ms;
+                        sb->refs = 1;
+                        sb->next = svc->list;
+                        svc->list = sb;
+                }
+                cage_sandbox_list_free(&list);
+        }
+        return 0;
+}
+
+static void *reaper_main(void *arg);
+
+static int open_parts(struct cage_service *svc, struct cage_error *err)
+{
+        const struct cage_config *cfg = svc->cfg;
+        int r;
+        if ((r = make_dir(cfg->data_dir, err)) < 0)
+                return r;
+        if (asprintf(&svc->ws_base, "%s/workspaces", cfg->data_dir) < 0 ||
+            asprintf(&svc->runs_base, "%s/runs", cfg->data_dir) < 0)
+                return cage_fail(err, -ENOMEM, "paths");
+        if ((r = make_dir(svc->ws_base, err)) < 0 || (r = make_dir(svc->runs_base, err)) < 0)
+                return r;
+        if ((r = private_mounts(err)) < 0)
+                return r;
+        if ((r = cage_workspace_sweep(svc->ws_base, err)) < 0)
+                return r;
+        svc->ws_backend = cage_workspace_backend_detect();
+        struct cgroup_host host; /* sweeps the groups of dead servers */
+        (void)launch_detect_cgroups(&host, NULL);
+        _cleanup_free_ char *db = NULL;
+        if (asprintf(&db, "%s/" STORE_FILE, cfg->data_dir) < 0)
+                return cage_fail(err, -ENOMEM, "paths");
+        if ((r = cage_store_open(db, &svc->store, err)) < 0 ||
+            (r = cage_store_new_id(svc->instance, err)) < 0 ||
+            (r = cage_store_read_boot_id(svc->boot_id, err)) < 0)
+                return r;
+        if ((r = cage_store_mark_all_stopped(svc->store, svc->instance, kill_leftover, svc,
+                                             err)) < 0)
+                return r;
+        if ((r = cage_config_redactor(cfg, &svc->redactor, err)) < 0)
+                return r;
+        if ((r = cage_audit_open(cfg->audit_log, svc->redactor, &svc->audit, err)) < 0)
+                return r;
+        if ((r = load_sandboxes(svc, err)) < 0)
+                return r;
+        r = -pthread_create(&svc->reaper, NULL, reaper_main, svc);
+        svc->reaper_running = r == 0;
+        return r < 0 ? cage_fail(err, r, "starting the idle reaper") : 0;
+}
+
+int cage_service_open(const struct cage_config *cfg, struct cage_service **ret,
+                      struct cage_error *err)
+{
+        struct cage_service *svc = calloc(1, sizeof(*svc));
+        if (!svc)
+                return cage_fail(err, -ENOMEM, "service");
+        svc->cfg = cfg;
+        pthread_mutex_init(&svc->lock, NULL);
+        pthread_cond_init(&svc->reaper_cond, NULL);
+        int r = open_parts(svc, err);
+        if (r < 0) {
+                cage_service_close(svc);
+                return r;
+        }
+        *ret = svc;
+        return 0;
+}
+
+/* ---- the reaper: idle sandboxes and expired runs ---- */
+
+/* References to every entry of the tenant (NULL: of all tenants), at most
+ * LIST_MAX; each must be dropped with svc_unref(). */
+static size_t snapshot(struct cage_service *svc, const char *tenant, struct sb **out)
+{
+        size_t n = 0;
+        pthread_mutex_lock(&svc->lock);
+        for (struct sb *sb = svc->list; sb && n < LIST_MAX; sb = sb->next)
+                if (!tenant || strcmp(sb->tenant, tenant) == 0) {
+                        sb->refs++;
+                        out[n++] = sb;
+                }
+        pthread_mutex_unlock(&svc->lock);
+        return n;
+}
+
+static void stop_idle(struct cage_service *svc)
+{
+        static struct sb *found[LIST_MAX]; /* the reaper thread's alone */
+        int64_t now = svc_now_ms();
+        size_t n = snapshot(svc, NULL, found);
+        for (size_t i = 0; i < n; i++) {
+                struct sb *sb = found[i];
+                pthread_mutex_lock(&sb->lock);
+                uint64_t idle = sb->spec ? sb->spec->idle_timeout_s : 0;
+                if (!sb->removed && sb->box && sb->active == 0 && idle &&
+                    now - sb->last_used_ms >= (int64_t)idle * 1000)
+                        stop_locked(sb, "idle");
+                unlock_unref(sb);
+        }
+}
+
+static void *reaper_main(void *arg)
+{
+        struct cage_service *svc = arg;
+        pthread_mutex_lock(&svc->lock);
+        while (!svc->reaper_stop) {
+                struct timespec until;
+                clock_gettime(CLOCK_REALTIME, &until);
+                until.tv_sec += REAPER_PERIOD_S;
+                pthread_cond_timedwait(&svc->reaper_cond, &svc->lock, &until);
+                if (svc->reaper_stop)
+                        break;
+                pthread_mutex_unlock(&svc->lock);
+                stop_idle(svc);
+                svc_expire_runs(svc);
+                pthread_mutex_lock(&svc->lock);
+        }
+        pthread_mutex_unlock(&svc->lock);
+        return NULL;
+}
+
+struct cage_service *cage_service_close(struct cage_service *svc)
+{
+        if (!svc)
+                return NULL;
+        if (svc->reaper_running) {
+                pthread_mutex_lock(&svc->lock);
+                svc->reaper_stop = true;
+                pthread_cond_broadcast(&svc->reaper_cond);
+                pthread_mutex_unlock(&svc->lock);
+                pthread_join(svc->reaper, NULL);
+        }
+        for (struct sb *sb = svc->list, *next; sb; sb = next) {
+                next = sb->next;
+                pthread_mutex_lock(&sb->lock);
+                stop_locked(sb, "server shutdown");
+                if (sb->workspace)
+                        (void)cage_workspace_unmount(svc->ws_base, sb->id, NULL);
+                pthread_mutex_unlock(&sb->lock);
+                sb_free(sb);
+        }
+        svc->audit = cage_audit_close(svc->audit);
+        svc->redactor = cage_redactor_unref(svc->redactor);
+        svc->store = cage_store_close(svc->store);
+        free(svc->ws_base);
+        free(svc->runs_base);
+        pthread_mutex_destroy(&svc->lock);
+        pthread_cond_destroy(&svc->reaper_cond);
+        free(svc);
+        return NULL;
+}

@@ -1,0 +1,595 @@
+/* Execs in named sandboxes and one-shot runs; see service.h.
+ *
+ * Both parse the request, snapshot output/ of the workspace, run through
+ * the box (core/box.h), collect the artifacts that appeared or changed,
+ * redact secret values from the text, and audit start and end. A one-shot
+ * run gets a fresh sandbox whose /workspace is its scratch tmpfs; the
+ * server reaches that through its pid 1's root (as root it may), writes the
+ * request's files there before the code runs, and copies output/ into
+ * <data_dir>/runs/<run_id>/ before the sandbox goes, where it stays for
+ * the configured retention. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "core/result_json.h"
+#include "core/spec.h"
+#include "service_private.h"
+#include "services/files.h"
+#include "util/cleanup.h"
+#include "util/error.h"
+
+#define ARGV_MAX          4096
+#define SCRIPT_MAX        (1024 * 1024)
+#define FILES_MAX         256
+#define RUN_OUTPUT_MAX    (256ULL * 1024 * 1024) /* bytes of output/ kept per run */
+#define RUN_OUTPUT_FILES  1000
+#define OUTPUT_STOP_BYTES (64ULL * 1024 * 1024)
+
+/* ---- requests ---- */
+
+struct exec_req {
+        char **argv;
+        char **env;
+        const char *cwd;
+        const char *stdin_data;
+        size_t stdin_len;
+        uint64_t timeout_ms;
+        json_t *owned; /* strings the pointers above borrow from */
+};
+
+static void exec_req_free(struct exec_req *q)
+{
+        free(q->argv);
+        if (q->env)
+                for (char **e = q->env; *e; e++)
+                        free(*e);
+        free(q->env);
+        json_decref(q->owned);
+}
+
+static bool has_nul(const json_t *s)
+{
+        return strlen(json_string_value(s)) != json_string_length(s);
+}
+
+static int parse_argv(const json_t *in, struct exec_req *q, struct cage_error *err)
+{
+        const json_t *argv = json_object_get(in, "argv");
+        const json_t *script = json_object_get(in, "script");
+        if (!argv == !script)
+                return cage_fail(err, -EINVAL, "exactly one of argv and script is required");
+        if (script) {
+                if (!json_is_string(script) || json_string_length(script) > SCRIPT_MAX ||
+                    has_nul(script))
+                        return cage_fail(err, -EINVAL,
+                                         "script: must be a string of at most %d bytes", SCRIPT_MAX);
+                q->argv = calloc(4, sizeof(char *));
+                if (!q->argv)
+                        return -ENOMEM;
+                q->argv[0] = "/bin/sh";
+                q->argv[1] = "-c";
+                q->argv[2] = (char *)json_string_value(script);
+                return 0;
+        }
+        if (!json_is_array(argv) || json_array_size(argv) < 1 || json_array_size(argv) > ARGV_MAX)
+                return cage_fail(err, -EINVAL, "argv: must be a list of 1..%d strings", ARGV_MAX);
+        q->argv = calloc(json_array_size(argv) + 1, sizeof(char *));
+        if (!q->argv)
+                return -ENOMEM;
+        size_t i;
+        const json_t *a;
+        json_array_foreach (argv, i, a) {
+                if (!json_is_string(a) || has_nul(a) || (i == 0 && !json_string_length(a)))
+                        return cage_fail(err, -EINVAL, "argv[%zu]: must be a string%s", i,
+                                         i == 0 ? " naming the program" : "");
+                q->argv[i] = (char *)json_string_value(a);
+        }
+        return 0;
+}
+
+static int parse_exec_env(const json_t *in, struct exec_req *q, struct cage_error *err)
+{
+        const json_t *env = json_object_get(in, "env");
+        if (!env || json_is_null(env))
+                return 0;
+        /* Same rules as the spec's env: parse it through a throwaway spec. */
+        if (!json_is_object(env) || json_object_size(env) > SVC_ENV_MAX)
+                return cage_fail(err, -EINVAL, "env: must be an object of at most %d strings",
+                                 SVC_ENV_MAX);
+        q->env = calloc(json_object_size(env) + 1, sizeof(char *));
+        if (!q->env)
+                return -ENOMEM;
+        size_t n = 0;
+        const char *k;
+        const json_t *v;
+        json_object_foreach ((json_t *)env, k, v) {
+                bool name_ok = k[0] && strlen(k) <= 128 && !strchr(k, '=') &&
+                               strspn(k, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_"
+                                         "0123456789") == strlen(k) &&
+                               !(k[0] >= '0' && k[0] <= '9');
+                if (!name_ok)
+                        return cage_fail(err, -EINVAL, "env: \"%.64s\" is not a valid name", k);
+                if (!json_is_string(v) || has_nul(v) ||
+                    json_string_length(v) > SVC_ENV_VALUE_MAX)
+                        return cage_fail(err, -EINVAL, "env.%s: must be a string of at most %d "
+                                         "bytes", k, SVC_ENV_VALUE_MAX);
+                if (asprintf(&q->env[n++], "%s=%s", k, json_string_value(v)) < 0)
+                        return -ENOMEM;
+        }
+        return 0;
+}
+
+static int parse_timeout(const struct cage_config *cfg, const json_t *in, uint64_t dflt_ms,
+                         uint64_t *ret, struct cage_error *err)
+{
+        const json_t *t = json_object_get(in, "timeout_s");
+        *ret = dflt_ms;
+        if (!t || json_is_null(t))
+                return 0;
+        double s = json_is_number(t) ? json_number_value(t) : -1;
+        if (!(s > 0) || s > (double)cfg->limits.timeout_s_max)
+                return cage_fail(err, s > 0 ? -EPERM : -EINVAL,
+                                 "timeout_s: must be a number above 0 and at most this server's "
+                                 "maximum of %llu",
+                                 (unsigned long long)cfg->limits.timeout_s_max);
+        *ret = (uint64_t)(s * 1000.0 + 0.5);
+        if (*ret == 0)
+                *ret = 1;
+        return 0;
+}
+
+static int parse_exec(struct cage_service *svc, const json_t *in, uint64_t dflt_timeout_ms,
+                      const char *const *keys, struct exec_req *q, struct cage_error *err)
+{
+        if (!json_is_object(in))
+                return cage_fail(err, -EINVAL, "the request body must be a JSON object");
+        const char *k;
+        const json_t *v;
+        json_object_foreach ((json_t *)in, k, v) {
+                bool known = false;
+                for (size_t i = 0; keys[i] && !known; i++)
+                        known = strcmp(k, keys[i]) == 0;
+                if (!known)
+                        return cage_fail(err, -EINVAL, "unknown field \"%.64s\"", k);
+        }
+        q->owned = json_incref((json_t *)in);
+        int r = parse_argv(in, q, err);
+        if (r == 0)
+                r = parse_exec_env(in, q, err);
+        if (r == 0)
+                r = parse_timeout(svc->cfg, in, dflt_timeout_ms, &q->timeout_ms, err);
+        const json_t *cwd = json_object_get(in, "cwd");
+        if (r == 0 && cwd && !json_is_null(cwd)) {
+                if (!json_is_string(cwd) || json_string_value(cwd)[0] != '/' || has_nul(cwd) ||
+                    json_string_length(cwd) > 4095)
+                        return cage_fail(err, -EINVAL, "cwd: must be an absolute path");
+                q->cwd = json_string_value(cwd);
+        }
+        const json_t *in_data = json_object_get(in, "stdin");
+        if (r == 0 && in_data && !json_is_null(in_data)) {
+                if (!json_is_string(in_data))
+                        return cage_fail(err, -EINVAL, "stdin: must be a string");
+                q->stdin_data = json_string_value(in_data);
+                q->stdin_len = json_string_length(in_data);
+        }
+        return r == -ENOMEM ? cage_fail(err, r, "request") : r;
+}
+
+/* ---- results ---- */
+
+static void redact_stream(struct cage_service *svc, struct cage_stream *s)
+{
+        char *clean;
+        size_t len;
+        if (!s->data || !cage_redact_needed(svc->redactor, s->data, s->len))
+                return;
+        if (cage_redact(svc->redactor, s->data, s->len, &clean, &len) < 0) {
+                s->len = 0; /* never let an unredacted secret out */
+                s->data[0] = '\0';
+                return;
+        }
+        free(s->data);
+        s->data = clean;
+        s->len = len;
+}
+
+json_t *svc_result_json(struct cage_service *svc, struct cage_result *res, json_t *artifacts)
+{
+        redact_stream(svc, &res->out);
+        redact_stream(svc, &res->err);
+        json_t *o = cage_result_to_json_object(res);
+        if (o && artifacts)
+                json_object_set(o, "artifacts", artifacts);
+        return o;
+}
+
+static json_t *audit_fields(const struct cage_result *res, const char *argv0)
+{
+        return json_pack("{s:s, s:o, s:o, s:I, s:I, s:I, s:s}", "status",
+                         cage_status_to_string(res->status), "exit_code",
+                         res->exit_code >= 0 ? json_integer(res->exit_code) : json_null(),
+                         "signal", res->signal ? json_integer(res->signal) : json_null(),
+                         "duration_ms", (json_int_t)res->duration_ms, "cpu_ms",
+                         (json_int_t)res->cpu_ms, "peak_memory_bytes",
+                         (json_int_t)res->peak_memory_bytes, "program", argv0);
+}
+
+static void run_exec(struct cage_service *svc, struct cage_box *box, const struct exec_req *q,
+                     uint64_t output_max, const struct cage_service_io *io,
+                     struct cage_result *res, int *r, struct cage_error *err)
+{
+        struct cage_exec ex = {.argv = q->argv,
+                               .env = q->env,
+                               .cwd = q->cwd,
+                               .stdin_data = q->stdin_data,
+                               .stdin_len = q->stdin_len,
+                               .timeout_ms = q->timeout_ms,
+                               .output_max_bytes = output_max,
+                               .output_stop_bytes = OUTPUT_STOP_BYTES};
+        struct cage_run_options opts = {.keep_output = true, .cancel_fd = -1};
+        if (io) {
+                opts.on_output = io->on_output;
+                opts.on_output_ctx = io->on_output_ctx;
+                opts.cancel_fd = io->cancel_fd;
+        }
+        (void)svc;
+        *r = cage_box_exec(box, &ex, &opts, res, err);
+}
+
+/* ---- exec in a named sandbox ---- */
+
+static const char *const exec_keys[] = {"argv", "script", "env", "cwd", "stdin", "timeout_s",
+                                        NULL};
+
+/* Marks the exec as running on sb (starting the sandbox if needed). */
+static int enter(struct sb *sb, bool *restarted, struct cage_box **box, int *ws_fd,
+                 struct cage_error *err)
+{
+        pthread_mutex_lock(&sb->lock);
+        int r = sb->removed ? cage_fail(err, -ENOENT, "no sandbox named \"%s\"", sb->name)
+                            : svc_ensure_running(sb, restarted, err);
+        if (r == 0 && (*ws_fd = svc_workspace_fd(sb, err)) < 0)
+                r = *ws_fd;
+        if (r == 0) {
+                sb->active++;
+                sb->last_used_ms = svc_now_ms();
+                *box = sb->box;
+        }
+        pthread_mutex_unlock(&sb->lock);
+        return r;
+}
+
+static void leave(struct sb *sb, const struct cage_result *res, bool ran)
+{
+        pthread_mutex_lock(&sb->lock);
+        sb->active--;
+        sb->last_used_ms = svc_now_ms();
+        if (ran) {
+                log_ring_append(&sb->logs, res->out.data ? res->out.data : "", res->out.len);
+                log_ring_end_block(&sb->logs);
+                log_ring_append(&sb->logs, res->err.data ? res->err.data : "", res->err.len);
+                log_ring_end_block(&sb->logs);
+        }
+        pthread_cond_broadcast(&sb->changed);
+        pthread_mutex_unlock(&sb->lock);
+        (void)cage_store_touch(sb->svc->store, sb->id, 0, NULL);
+}
+
+int cage_service_exec(struct cage_service *svc, const char *tenant, const char *name,
+                      const json_t *req, const struct cage_service_io *io, json_t **ret,
+                      struct cage_error *err)
+{
+        struct sb *sb;
+        struct exec_req q = {0};
+        struct cage_result res = {0};
+        struct cage_box *box = NULL;
+        struct cage_artifact_snapshot *before = NULL;
+        json_t *artifacts = NULL;
+        bool restarted = false;
+        _cleanup_close_ int ws = -1;
+        int r = svc_lookup(svc, tenant, name, &sb, err);
+        if (r < 0)
+                return r;
+        uint64_t dflt = sb->spec ? sb->spec->timeout_s_ms : 30000;
+        r = parse_exec(svc, req, dflt, exec_keys, &q, err);
+        if (r == 0)
+                r = enter(sb, &restarted, &box, &ws, err);
+        if (r < 0) {
+                exec_req_free(&q);
+                svc_unref(sb);
+                return r;
+        }
+        svc_audit(svc, CAGE_AUDIT_EXEC_START, tenant, name, svc_labels(sb),
+                  json_pack("{s:s}", "program", q.argv[0]));
+        (void)cage_artifacts_snapshot(ws, &before, NULL);
+        run_exec(svc, box, &q, sb->spec->output_max_bytes, io, &res, &r, err);
+        if (r == 0 && cage_artifacts_collect(ws, before, &artifacts, NULL) < 0)
+                artifacts = json_array();
+        if (r == 0) {
+                *ret = svc_result_json(svc, &res, artifacts);
+                json_object_set_new(*ret, "restarted", json_boolean(restarted));
+                svc_audit(svc, CAGE_AUDIT_EXEC_END, tenant, name, svc_labels(sb),
+                          audit_fields(&res, q.argv[0]));
+        }
+        leave(sb, &res, r == 0);
+        cage_result_free(&res);
+        json_decref(artifacts);
+        cage_artifact_snapshot_free(before);
+        exec_req_free(&q);
+        svc_unref(sb);
+        return r;
+}
+
+/* ---- one-shot runs ---- */
+
+static const char *const run_extra[] = {"argv", "command", "code", "files", "stdin", NULL};
+
+/* argv from {argv}, {command} (shell) or {code} (Python). */
+static int run_argv(const json_t *in, struct exec_req *q, struct cage_error *err)
+{
+        const json_t *argv = json_object_get(in, "argv");
+        const json_t *command = json_object_get(in, "command");
+        const json_t *code = json_object_get(in, "code");
+        if ((argv != NULL) + (command != NULL) + (code != NULL) != 1)
+                return cage_fail(err, -EINVAL, "exactly one of argv, command and code is required");
+        if (argv)
+                return parse_argv(in, q, err);
+        const json_t *text = command ? command : code;
+        const char *field = command ? "command" : "code";
+        if (!json_is_string(text) || json_string_length(text) > SCRIPT_MAX || has_nul(text))
+                return cage_fail(err, -EINVAL, "%s: must be a string of at most %d bytes", field,
+                                 SCRIPT_MAX);
+        q->argv = calloc(4, sizeof(char *));
+        if (!q->argv)
+                return cage_fail(err, -ENOMEM, "request");
+        q->argv[0] = command ? "/bin/sh" : "python3";
+        q->argv[1] = "-c";
+        q->argv[2] = (char *)json_string_value(text);
+        return 0;
+}
+
+static int decode_base64(const char *in, size_t len, char **ret, size_t *ret_len)
+{
+        static const char tbl[] =
+                "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        if (len % 4)
+                return -EINVAL;
+        char *out = malloc(len / 4 * 3 + 1);
+        if (!out)
+                return -ENOMEM;
+        size_t n = 0;
+        for (size_t i = 0; i < len; i += 4) {
+                uint32_t v = 0;
+                int pad = 0;
+                for (int j = 0; j < 4; j++) {
+                        const char *p = in[i + j] ? strchr(tbl, in[i + j]) : NULL;
+                        if (in[i + j] == '=' && i + 4 == len && j >= 2) {
+                                pad++;
+                                v <<= 6;
+                                continue;
+                        }
+                        if (!p || pad) {
+                                free(out);
+                                return -EINVAL;
+                        }
+                        v = v << 6 | (uint32_t)(p - tbl);
+                }
+                out[n++] = (char)(v >> 16);
+                if (pad < 2)
+                        out[n++] = (char)(v >> 8);
+                if (pad < 1)
+                        out[n++] = (char)v;
+        }
+        *ret = out;
+        *ret_len = n;
+        return 0;
+}
+
+/* Writes the request's files ({path, content, encoding}) into the workspace. */
+static int put_files(const json_t *in, int ws, struct cage_error *err)
+{
+        const json_t *files = json_object_get(in, "files");
+        if (!files || json_is_null(files))
+                return 0;
+        if (!json_is_array(files) || json_array_size(files) > FILES_MAX)
+                return cage_fail(err, -EINVAL, "files: must be a list of at most %d files",
+                                 FILES_MAX);
+        size_t i;
+        const json_t *f;
+        json_array_foreach (files, i, f) {
+                const char *path = NULL, *content = NULL, *enc = "utf-8", *url = NULL;
+                size_t clen = 0;
+                if (json_unpack((json_t *)f, "{s:s, s?s%, s?s, s?s}", "path", &path, "content", &content,
+                                &clen, "encoding", &enc, "url", &url) < 0 ||
+                    json_object_size(f) > 3)
+                        return cage_fail(err, -EINVAL,
+                                         "files[%zu]: must be {path, content, encoding} or "
+                                         "{path, url}",
+                                         i);
+                if (url)
+                        return cage_fail(err, -EPERM,
+                                         "files[%zu].url: this server fetches no URLs (it gives "
+                                         "sandboxes no network); send the content instead",
+                                         i);
+                if (!content)
+                        return cage_fail(err, -EINVAL, "files[%zu].content: required", i);
+                _cleanup_free_ char *data = NULL;
+                size_t dlen = clen;
+                if (strcmp(enc, "base64") == 0) {
+                        if (decode_base64(content, clen, &data, &dlen) < 0)
+                                return cage_fail(err, -EINVAL,
+                                                 "files[%zu].content: not valid base64", i);
+                } else if (strcmp(enc, "utf-8") != 0 && strcmp(enc, "utf8") != 0) {
+                        return cage_fail(err, -EINVAL,
+                                         "files[%zu].encoding: \"utf-8\" or \"base64\"", i);
+                }
+                struct cage_error ferr = {0};
+                int r = cage_files_write(ws, path, data ? data : content, dlen, &ferr);
+                if (r < 0)
+                        return cage_fail(err, r, "files[%zu]: %s", i, ferr.message);
+        }
+        return 0;
+}
+
+/* The one-shot sandbox's /workspace, through its pid 1's root. */
+static int open_run_workspace(struct cage_box *box, struct cage_error *err)
+{
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/%d/root", (int)cage_box_init_pid(box));
+        _cleanup_close_ int root = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (root < 0)
+                return cage_fail(err, -errno, "opening the run's root");
+        struct open_how how = {.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
+                               .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS};
+        int fd = (int)syscall(SYS_openat2, root, "workspace", &how, sizeof(how));
+        return fd < 0 ? cage_fail(err, -errno, "opening the run's workspace") : fd;
+}
+
+/* Copies output/ to <runs>/<run_id>/output for the retention period. */
+static void keep_output(struct cage_service *svc, int ws, const char *run_id)
+{
+        _cleanup_free_ char *dir = NULL;
+        if (asprintf(&dir, "%s/%s", svc->runs_base, run_id) < 0 || mkdir(dir, 0700) < 0)
+                return;
+        _cleanup_close_ int dfd = open(dir, O_DIRECTORY | O_CLOEXEC);
+        if (dfd >= 0)
+                (void)cage_files_copy_tree(ws, "output", dfd, RUN_OUTPUT_MAX, RUN_OUTPUT_FILES,
+                                           NULL);
+}
+
+struct run_ctx {
+        struct svc_spec *spec;
+        struct exec_req q;
+        struct cage_box *box;
+        int ws;
+        char run_id[CAGE_STORE_ID_LEN + 1];
+        struct cage_artifact_snapshot *before;
+};
+
+static int run_prepare(struct cage_service *svc, const json_t *req, struct run_ctx *c,
+                       struct cage_error *err)
+{
+        _cleanup_free_ char *env = NULL;
+        struct cage_spec spec;
+        int r = svc_spec_parse(svc->cfg, req, false, run_extra, &c->spec, err);
+        if (r < 0)
+                return r;
+        c->q.owned = json_incref((json_t *)req);
+        if ((r = run_argv(req, &c->q, err)) < 0)
+                return r;
+        const json_t *in_data = json_object_get(req, "stdin");
+        if (in_data && !json_is_null(in_data)) {
+                if (!json_is_string(in_data))
+                        return cage_fail(err, -EINVAL, "stdin: must be a string");
+                c->q.stdin_data = json_string_value(in_data);
+                c->q.stdin_len = json_string_length(in_data);
+        }
+        c->q.timeout_ms = c->spec->timeout_s_ms;
+        if ((r = cage_store_new_id(c->run_id, err)) < 0)
+                return r;
+        if ((r = svc_spec_to_cage(c->spec, svc->cfg, NULL, &spec, &env, err)) < 0 ||
+            (r = cage_box_start(&spec, &c->box, err)) < 0)
+                return r;
+        if ((c->ws = open_run_workspace(c->box, err)) < 0)
+                return c->ws;
+        if ((r = put_files(req, c->ws, err)) < 0)
+                return r;
+        (void)cage_artifacts_snapshot(c->ws, &c->before, NULL);
+        return 0;
+}
+
+int cage_service_run(struct cage_service *svc, const char *tenant, const json_t *req,
+                     const struct cage_service_io *io, json_t **ret, struct cage_error *err)
+{
+        struct run_ctx c = {.ws = -1};
+        struct cage_result res = {0};
+        json_t *artifacts = NULL;
+        int r = run_prepare(svc, req, &c, err);
+        if (r == 0) {
+                svc_audit(svc, CAGE_AUDIT_RUN_START, tenant, NULL, c.spec->labels,
+                          json_pack("{s:s, s:s}", "run_id", c.run_id, "program", c.q.argv[0]));
+                run_exec(svc, c.box, &c.q, c.spec->output_max_bytes, io, &res, &r, err);
+        }
+        if (r == 0) {
+                if (cage_artifacts_collect(c.ws, c.before, &artifacts, NULL) < 0)
+                        artifacts = json_array();
+                if (json_array_size(artifacts))
+                        keep_output(svc, c.ws, c.run_id);
+                *ret = svc_result_json(svc, &res, artifacts);
+                json_object_set_new(*ret, "run_id", json_string(c.run_id));
+                json_t *fields = audit_fields(&res, c.q.argv[0]);
+                json_object_set_new(fields, "run_id", json_string(c.run_id));
+                svc_audit(svc, CAGE_AUDIT_RUN_END, tenant, NULL, c.spec->labels, fields);
+        }
+        if (c.ws >= 0)
+                close(c.ws);
+        cage_box_destroy(c.box);
+        cage_result_free(&res);
+        json_decref(artifacts);
+        cage_artifact_snapshot_free(c.before);
+        exec_req_free(&c.q);
+        svc_spec_free(c.spec);
+        return r;
+}
+
+/* ---- run artifacts ---- */
+
+static bool run_id_valid(const char *id)
+{
+        return id && strlen(id) == CAGE_STORE_ID_LEN &&
+               strspn(id, "0123456789abcdef") == CAGE_STORE_ID_LEN;
+}
+
+int cage_service_run_file_read(struct cage_service *svc, const char *tenant, const char *run_id,
+                               const char *path, size_t max, void **ret_data, size_t *ret_len,
+                               struct cage_error *err)
+{
+        (void)tenant; /* run ids are 128 random bits: knowing one is the capability */
+        if (!run_id_valid(run_id))
+                return cage_fail(err, -EINVAL, "run id: 32 lowercase hex digits");
+        _cleanup_free_ char *dir = NULL;
+        if (asprintf(&dir, "%s/%s", svc->runs_base, run_id) < 0)
+                return cage_fail(err, -ENOMEM, "path");
+        _cleanup_close_ int fd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0)
+                return cage_fail(err, -ENOENT, "no artifacts of run %s (none, or expired)",
+                                 run_id);
+        char rel[CAGE_FILES_PATH_MAX + 1], full[CAGE_FILES_PATH_MAX + 16];
+        int r = cage_files_check_path(path, rel, err);
+        if (r < 0)
+                return r;
+        snprintf(full, sizeof(full), "%s%s", strncmp(rel, "output/", 7) == 0 ? "" : "output/",
+                 rel);
+        return cage_files_read(fd, full, max, ret_data, ret_len, err);
+}
+
+void svc_expire_runs(struct cage_service *svc)
+{
+        DIR *d = opendir(svc->runs_base);
+        if (!d)
+                return;
+        int64_t cutoff = svc_now_ms() / 1000 - (int64_t)svc->cfg->retention_s;
+        struct dirent *de;
+        while ((de = readdir(d))) {
+                struct stat st;
+                if (!run_id_valid(de->d_name) ||
+                    fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+                    st.st_mtime > cutoff)
+                        continue;
+                _cleanup_close_ int fd =
+                        openat(dirfd(d), de->d_name, O_PATH | O_DIRECTORY | O_CLOEXEC);
+                if (fd >= 0 && cage_files_delete(fd, "output", true, NULL) >= 0)
+                        unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR);
+                else
+                        unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR);
+        }
+        closedir(d);
+}

@@ -1,0 +1,123 @@
+/* Workspace files of named sandboxes: each call finds the sandbox (scoped
+ * to the tenant), opens its workspace (mounting it if it is not mounted:
+ * files stay reachable while the sandbox is stopped) and hands the client
+ * path to files.c, which resolves it beneath the workspace without ever
+ * leaving it. Writes and deletes are audited with the path and size, never
+ * the content. */
+#include <errno.h>
+#include <unistd.h>
+
+#include "service_private.h"
+#include "services/files.h"
+#include "util/cleanup.h"
+#include "util/error.h"
+
+/* The workspace fd of the tenant's sandbox `name`, with a reference held. */
+static int open_ws(struct cage_service *svc, const char *tenant, const char *name,
+                   struct sb **ret_sb, struct cage_error *err)
+{
+        struct sb *sb;
+        int r = svc_lookup(svc, tenant, name, &sb, err);
+        if (r < 0)
+                return r;
+        pthread_mutex_lock(&sb->lock);
+        int fd = sb->removed ? cage_fail(err, -ENOENT, "no sandbox named \"%s\"", name)
+                             : svc_workspace_fd(sb, err);
+        pthread_mutex_unlock(&sb->lock);
+        if (fd < 0) {
+                svc_unref(sb);
+                return fd;
+        }
+        *ret_sb = sb;
+        return fd;
+}
+
+static void audit_file(struct sb *sb, enum cage_audit_event ev, const char *path, long long size)
+{
+        json_t *f = json_pack("{s:s}", "path", path);
+        if (size >= 0)
+                json_object_set_new(f, "size", json_integer(size));
+        svc_audit(sb->svc, ev, sb->tenant, sb->name, svc_labels(sb), f);
+}
+
+int cage_service_file_write(struct cage_service *svc, const char *tenant, const char *name,
+                            const char *path, const void *data, size_t len,
+                            struct cage_error *err)
+{
+        struct sb *sb;
+        _cleanup_close_ int ws = open_ws(svc, tenant, name, &sb, err);
+        if (ws < 0)
+                return ws;
+        int r = cage_files_write(ws, path, data, len, err);
+        if (r == 0)
+                audit_file(sb, CAGE_AUDIT_FILE_WRITE, path, (long long)len);
+        svc_unref(sb);
+        return r;
+}
+
+int cage_service_file_read(struct cage_service *svc, const char *tenant, const char *name,
+                           const char *path, size_t max, void **ret_data, size_t *ret_len,
+                           struct cage_error *err)
+{
+        struct sb *sb;
+        _cleanup_close_ int ws = open_ws(svc, tenant, name, &sb, err);
+        if (ws < 0)
+                return ws;
+        int r = cage_files_read(ws, path, max, ret_data, ret_len, err);
+        if (r == 0)
+                audit_file(sb, CAGE_AUDIT_FILE_READ, path, (long long)*ret_len);
+        svc_unref(sb);
+        return r;
+}
+
+int cage_service_file_list(struct cage_service *svc, const char *tenant, const char *name,
+                           const char *path, json_t **ret, struct cage_error *err)
+{
+        struct sb *sb;
+        _cleanup_close_ int ws = open_ws(svc, tenant, name, &sb, err);
+        if (ws < 0)
+                return ws;
+        int r = cage_files_list(ws, path ? path : "", ret, err);
+        svc_unref(sb);
+        return r;
+}
+
+int cage_service_file_stat(struct cage_service *svc, const char *tenant, const char *name,
+                           const char *path, json_t **ret, struct cage_error *err)
+{
+        struct sb *sb;
+        _cleanup_close_ int ws = open_ws(svc, tenant, name, &sb, err);
+        if (ws < 0)
+                return ws;
+        int r = cage_files_stat(ws, path, ret, err);
+        svc_unref(sb);
+        return r;
+}
+
+int cage_service_file_mkdir(struct cage_service *svc, const char *tenant, const char *name,
+                            const char *path, struct cage_error *err)
+{
+        struct sb *sb;
+        _cleanup_close_ int ws = open_ws(svc, tenant, name, &sb, err);
+        if (ws < 0)
+                return ws;
+        int r = cage_files_mkdir(ws, path, err);
+        if (r == 0)
+                audit_file(sb, CAGE_AUDIT_FILE_WRITE, path, -1);
+        svc_unref(sb);
+        return r;
+}
+
+int cage_service_file_delete(struct cage_service *svc, const char *tenant, const char *name,
+                             const char *path, bool recursive, struct cage_error *err)
+{
+        struct sb *sb;
+        _cleanup_close_ int ws = open_ws(svc, tenant, name, &sb, err);
+        if (ws < 0)
+                return ws;
+        int r = cage_files_delete(ws, path, recursive, err);
+        if (r == 0)
+                audit_file(sb, CAGE_AUDIT_FILE_DELETE, path, -1);
+        svc_unref(sb);
+        return r;
+}

@@ -1,0 +1,89 @@
+/* The sandbox service's internals, shared by service.c (opening, the
+ * registry, lifecycle), service_exec.c (exec and one-shot runs) and
+ * service_files.c (workspace files).
+ *
+ * Locking: svc->lock guards the registry list and each entry's refcount;
+ * sb->lock guards everything else of one sandbox. Never take svc->lock
+ * while holding an sb->lock. An exec holds no lock while it runs: it counts
+ * itself in sb->active, and stop waits for that count to reach zero after
+ * killing the box. */
+#ifndef CODECAGE_SERVICES_SERVICE_PRIVATE_H
+#define CODECAGE_SERVICES_SERVICE_PRIVATE_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/box.h"
+#include "services/audit.h"
+#include "services/config.h"
+#include "services/logring.h"
+#include "services/redact.h"
+#include "services/sandbox_spec.h"
+#include "services/service.h"
+#include "services/store.h"
+#include "services/workspace.h"
+
+struct sb {
+        struct cage_service *svc;
+        unsigned refs; /* under svc->lock */
+        char tenant[CAGE_STORE_TENANT_MAX + 1];
+        char name[CAGE_STORE_NAME_MAX + 1];
+        char id[CAGE_STORE_ID_LEN + 1];
+        pthread_mutex_t lock;
+        pthread_cond_t changed; /* active dropped, or state changed */
+        bool removed;
+        struct svc_spec *spec; /* NULL when the stored spec no longer parses */
+        json_t *stored_doc;    /* the spec as stored (loaded sandboxes) */
+        char broken[256];      /* why spec is NULL */
+        struct cage_box *box; /* NULL while stopped */
+        unsigned active;      /* execs running now */
+        int64_t created_ms, last_used_ms;
+        char *workspace; /* the mounted workspace directory, or NULL */
+        struct log_ring logs;
+        struct sb *next;
+};
+
+struct cage_service {
+        const struct cage_config *cfg;
+        struct cage_store *store;
+        struct cage_audit *audit;
+        struct cage_redactor *redactor;
+        char instance[CAGE_STORE_ID_LEN + 1];
+        char boot_id[CAGE_STORE_BOOT_ID_LEN + 1];
+        char *ws_base;   /* <data_dir>/workspaces */
+        char *runs_base; /* <data_dir>/runs */
+        enum cage_workspace_backend ws_backend;
+        pthread_mutex_t lock;
+        struct sb *list;
+        pthread_t reaper;
+        bool reaper_running, reaper_stop;
+        pthread_cond_t reaper_cond;
+};
+
+int64_t svc_now_ms(void);
+/* The sandbox's labels (borrowed). */
+json_t *svc_labels(const struct sb *sb);
+
+/* The tenant's sandbox `name` with a reference held, or -ENOENT. */
+int svc_lookup(struct cage_service *svc, const char *tenant, const char *name, struct sb **ret,
+               struct cage_error *err);
+void svc_unref(struct sb *sb);
+
+/* With sb->lock held: makes sure the box runs (starting it if stopped or
+ * dead; *restarted says so). */
+int svc_ensure_running(struct sb *sb, bool *restarted, struct cage_error *err);
+/* With sb->lock held: mounts the workspace if needed; an O_PATH fd of it. */
+int svc_workspace_fd(struct sb *sb, struct cage_error *err);
+
+/* Audit helpers: never fail the operation they describe. */
+void svc_audit(struct cage_service *svc, enum cage_audit_event ev, const char *tenant,
+               const char *sandbox, json_t *labels, json_t *fields);
+
+/* The result contract as JSON, with secrets redacted from the text. */
+json_t *svc_result_json(struct cage_service *svc, struct cage_result *res, json_t *artifacts);
+
+/* Run artifacts kept after one-shot runs (service_exec.c). */
+void svc_expire_runs(struct cage_service *svc);
+
+#endif
