@@ -398,3 +398,8 @@ uid_t cage_box_host_uid(const struct cage_box *box)
 {
         return box->slot.host_uid;
 }
+
+gid_t cage_box_host_gid(const struct cage_box *box)
+{
+        return box->slot.host_gid;
+}

@@ -61,7 +61,9 @@ int cage_box_usage(struct cage_box *box, struct cage_box_usage *ret);
 pid_t cage_box_init_pid(const struct cage_box *box);
 /* "run-<pid>-<n>", or NULL without a cgroup backend. */
 const char *cage_box_cgroup_name(const struct cage_box *box);
+/* The host uid/gid the sandbox user (1000 inside) maps to. */
 uid_t cage_box_host_uid(const struct cage_box *box);
+gid_t cage_box_host_gid(const struct cage_box *box);
 
 /* Kills every process of the sandbox, pid 1 included; safe while execs
  * run on other threads (they end at once, status "cancelled" with a

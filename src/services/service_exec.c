@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/fsuid.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -459,6 +460,9 @@ static void keep_output(struct cage_service *svc, int ws, const char *run_id)
         _cleanup_free_ char *dir = NULL;
         if (asprintf(&dir, "%s/%s", svc->runs_base, run_id) < 0 || mkdir(dir, 0700) < 0)
                 return;
+        free(dir);
+        if (asprintf(&dir, "%s/%s/output", svc->runs_base, run_id) < 0 || mkdir(dir, 0700) < 0)
+                return;
         _cleanup_close_ int dfd = open(dir, O_DIRECTORY | O_CLOEXEC);
         if (dfd >= 0)
                 (void)cage_files_copy_tree(ws, "output", dfd, RUN_OUTPUT_MAX, RUN_OUTPUT_FILES,
@@ -500,7 +504,14 @@ static int run_prepare(struct cage_service *svc, const json_t *req, struct run_c
                 return r;
         if ((c->ws = open_run_workspace(c->box, err)) < 0)
                 return c->ws;
-        if ((r = put_files(req, c->ws, err)) < 0)
+        /* The scratch tmpfs belongs to the sandbox's user namespace, where
+         * host root is unmapped: write as the sandbox's host uid. */
+        int old_gid = setfsgid(cage_box_host_gid(c->box));
+        int old_uid = setfsuid(cage_box_host_uid(c->box));
+        r = put_files(req, c->ws, err);
+        setfsuid((uid_t)old_uid);
+        setfsgid((gid_t)old_gid);
+        if (r < 0)
                 return r;
         (void)cage_artifacts_snapshot(c->ws, &c->before, NULL);
         return 0;
@@ -553,8 +564,8 @@ int cage_service_run_file_read(struct cage_service *svc, const char *tenant, con
                                struct cage_error *err)
 {
         (void)tenant; /* run ids are 128 random bits: knowing one is the capability */
-        if (!run_id_valid(run_id))
-                return cage_fail(err, -EINVAL, "run id: 32 lowercase hex digits");
+        if (!run_id_valid(run_id)) /* ids are 32 lowercase hex digits */
+                return cage_fail(err, -ENOENT, "no run \"%.40s\"", run_id ? run_id : "");
         _cleanup_free_ char *dir = NULL;
         if (asprintf(&dir, "%s/%s", svc->runs_base, run_id) < 0)
                 return cage_fail(err, -ENOMEM, "path");

@@ -1,0 +1,162 @@
+"""A `codecage serve` process for tests: its own config, data directory,
+Unix socket and TCP port, with helpers to call the HTTP API, restart the
+server and kill it with SIGKILL."""
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+
+from conftest import BUILD
+
+MAX_BODY = 16 * 1024 * 1024  # the smallest limits.max_body_bytes a config may set
+
+
+class UnixHTTPConnection(http.client.HTTPConnection):
+    """http.client over an AF_UNIX socket."""
+
+    def __init__(self, path, timeout=60):
+        super().__init__("localhost", timeout=timeout)
+        self.unix_path = path
+
+    def connect(self):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(self.timeout)
+        s.connect(self.unix_path)
+        self.sock = s
+
+
+class Response:
+    def __init__(self, resp):
+        self.status = resp.status
+        self.headers = resp.headers
+        self.body = resp.read()
+
+    @property
+    def json(self):
+        return json.loads(self.body)
+
+    def error_code(self):
+        return self.json["error"]["code"]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """`codecage serve --config` with a config written for the test."""
+
+    def __init__(self, tmp, tenants=None, extra=None, env=None):
+        self.tmp = tmp
+        self.port = free_port()
+        self.socket_path = str(tmp / "api.sock")
+        self.data_dir = tmp / "data"
+        self.audit_path = tmp / "audit.jsonl"
+        config = {
+            "data_dir": str(self.data_dir),
+            "listen": {"http": f"127.0.0.1:{self.port}", "unix": self.socket_path},
+            "audit_log": str(self.audit_path),
+            "limits": {"max_body_bytes": MAX_BODY},
+        }
+        if tenants:
+            config["tenants"] = [{"name": n, "token": t} for n, t in tenants.items()]
+        config.update(extra or {})
+        self.config_path = tmp / "config.json"
+        self.config_path.write_text(json.dumps(config))
+        self.log_path = tmp / "serve.log"
+        self.env = env
+        self.proc = None
+        self.start()
+
+    def start(self):
+        self.log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [str(BUILD / "codecage"), "serve", "--config", str(self.config_path)],
+            stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log, env=self.env)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"codecage serve exited: {self.log_text()}")
+            try:
+                if self.request("GET", "/healthz").status == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise AssertionError(f"codecage serve did not answer: {self.log_text()}")
+
+    def log_text(self):
+        return self.log_path.read_text(errors="replace")
+
+    def request(self, method, path, body=None, token=None, headers=None, timeout=60,
+                tcp=False):
+        hdrs = dict(headers or {})
+        data = body
+        if isinstance(body, (dict, list)):
+            data = json.dumps(body).encode()
+            hdrs.setdefault("Content-Type", "application/json")
+        if token:
+            hdrs["Authorization"] = f"Bearer {token}"
+        conn = (http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout) if tcp
+                else UnixHTTPConnection(self.socket_path, timeout=timeout))
+        try:
+            conn.request(method, path, body=data, headers=hdrs)
+            return Response(conn.getresponse())
+        finally:
+            conn.close()
+
+    def ok(self, method, path, body=None, token=None, status=(200, 201)):
+        """A request that must succeed; returns the JSON body."""
+        r = self.request(method, path, body, token=token)
+        assert r.status in status, (r.status, r.body)
+        return r.json
+
+    def audit_records(self):
+        if not self.audit_path.exists():
+            return []
+        return [json.loads(line) for line in self.audit_path.read_text().splitlines()]
+
+    def kill9(self):
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=30)
+        self.log.close()
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+def pids_of_server(server_pid):
+    """Host pids inside the cgroups of the server with that pid."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cgroup") as f:
+                if f"/codecage/run-{server_pid}-" in f.read():
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def cgroups_of_server(server_pid):
+    """Every codecage cgroup directory of that server left on the host (v1 and v2)."""
+    left = []
+    for root, dirs, _ in os.walk("/sys/fs/cgroup"):
+        if os.path.basename(root) == "codecage":
+            left += [os.path.join(root, d) for d in dirs if d.startswith(f"run-{server_pid}-")]
+            dirs[:] = []
+    return left
