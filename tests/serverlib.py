@@ -51,8 +51,9 @@ def free_port():
 class Server:
     """`codecage serve --config` with a config written for the test."""
 
-    def __init__(self, tmp, tenants=None, extra=None, env=None):
+    def __init__(self, tmp, tenants=None, extra=None, env=None, build=BUILD):
         self.tmp = tmp
+        self.build = build
         self.port = free_port()
         self.socket_path = str(tmp / "api.sock")
         self.data_dir = tmp / "data"
@@ -76,7 +77,7 @@ class Server:
     def start(self):
         self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [str(BUILD / "codecage"), "serve", "--config", str(self.config_path)],
+            [str(self.build / "codecage"), "serve", "--config", str(self.config_path)],
             stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log, env=self.env)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:

@@ -43,9 +43,15 @@ int cage_service_http_status(int r)
 {
         switch (r) {
         case -EINVAL:
+        case -EISDIR:
+        case -ENOTDIR:
+        case -ENAMETOOLONG:
+        case -ENOTEMPTY:
                 return 400;
         case -EPERM:
         case -EACCES:
+        case -ELOOP: /* a link where a file was expected, or one leading out */
+        case -EXDEV:
                 return 403;
         case -ENOENT:
                 return 404;

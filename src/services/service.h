@@ -11,10 +11,12 @@
  *
  * Errors are -errno with a message in err that a client can act on:
  *   -EINVAL  bad request (the message names the field)   -> HTTP 400
+ *            (also -EISDIR, -ENOTDIR, -ENAMETOOLONG, -ENOTEMPTY)
  *   -ENOENT  unknown sandbox, run or file                 -> 404
  *   -EEXIST  the tenant already has that name             -> 409
  *   -EBUSY   the sandbox is not in a state for this       -> 409
  *   -EPERM   refused by policy (limits, mounts, secrets)  -> 403
+ *            (also -ELOOP, -EXDEV: a link the file API will not follow)
  *   -E2BIG   too large (body, file, list)                 -> 413
  *   -ENOSPC  the workspace is full (disk_mib)             -> 507
  *   anything else: codecage's own failure                 -> 500

@@ -1,0 +1,170 @@
+"""Attacks through the server's new ways into a sandbox: the file API, execs,
+one-shot runs and the spec fields. Sandbox code plants symlinks, FIFOs and
+tricks in its workspace and the client (or the agent) then asks the server
+to read or write there.
+
+Where a debug switch exists, the attack runs twice (see seclib): against a
+server of the normal build, where it must fail, and against a server of the
+unsafe debug build with the protection off (CODECAGE_DEBUG_DISABLE), where it
+must succeed. The other attacks run against the normal build only, and say
+why."""
+import os
+import time
+import uuid
+
+import pytest
+
+from conftest import BUILD, DEBUG_BUILD
+from serverlib import Server
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the server's workspaces need root")
+
+
+@pytest.fixture(params=["protected", "files-resolve"])
+def files_target(request, tmp_path):
+    """A server whose file API resolves paths beneath the workspace, or (the
+    unsafe build) one that follows links like a plain open()."""
+    if request.param == "protected":
+        server = Server(tmp_path, build=BUILD)
+    else:
+        server = Server(tmp_path, build=DEBUG_BUILD,
+                        env=dict(os.environ, CODECAGE_DEBUG_DISABLE=request.param))
+    server.protected = request.param == "protected"
+    yield server
+    server.stop()
+
+
+def new_sandbox(server):
+    name = "s" + uuid.uuid4().hex[:8]
+    server.ok("POST", "/v1/sandboxes", {"name": name})
+    return name
+
+
+def sh(server, name, script):
+    return server.ok("POST", f"/v1/sandboxes/{name}/exec", {"script": script})
+
+
+def test_read_through_a_planted_directory_symlink(files_target):
+    """ln -s /etc hostetc, then ask the server for hostetc/shadow."""
+    server = files_target
+    name = new_sandbox(server)
+    sh(server, name, "ln -s /etc hostetc")
+    r = server.request("GET", f"/v1/sandboxes/{name}/files/hostetc/shadow")
+    with open("/etc/shadow", "rb") as f:
+        host_shadow = f.read()
+    leaked = r.status == 200 and r.body == host_shadow
+    assert leaked != server.protected
+
+
+def test_write_through_a_planted_directory_symlink(files_target, tmp_path):
+    """ln -s <host dir> out, then upload out/planted: a host write."""
+    server = files_target
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    name = new_sandbox(server)
+    sh(server, name, f"ln -s {outside} out")
+    server.request("PUT", f"/v1/sandboxes/{name}/files/out/planted", b"pwned",
+                   headers={"Content-Type": "application/octet-stream"})
+    written = (outside / "planted").exists()
+    assert written != server.protected
+
+
+def test_list_through_a_planted_symlink(files_target):
+    server = files_target
+    name = new_sandbox(server)
+    sh(server, name, "ln -s / hostroot")
+    r = server.request("GET", f"/v1/sandboxes/{name}/files?path=hostroot/etc")
+    listed = r.status == 200 and any(e["name"] == "shadow" for e in r.json.get("entries", []))
+    assert listed != server.protected
+
+
+@pytest.fixture
+def server(tmp_path):
+    s = Server(tmp_path)
+    yield s
+    s.stop()
+
+
+def test_final_component_symlink_is_never_followed(server):
+    # O_NOFOLLOW on the last component and RESOLVE_IN_ROOT both stop this;
+    # neither alone can be switched off, so the normal build only.
+    name = new_sandbox(server)
+    sh(server, name, "ln -s /etc/shadow leak")
+    r = server.request("GET", f"/v1/sandboxes/{name}/files/leak")
+    assert r.status == 403, (r.status, r.body)
+    with open("/etc/shadow", "rb") as f:
+        assert f.read() not in r.body
+
+
+def test_fifo_in_output_does_not_hang_the_server(server):
+    # O_NONBLOCK opens and the regular-file check (unit-tested with the
+    # protection removed in tests/unit/test_files.c): no switch here.
+    name = new_sandbox(server)
+    r = sh(server, name, "mkdir -p output; mkfifo output/pipe; echo x > output/real.txt")
+    assert [a["path"] for a in r["artifacts"]] == ["output/real.txt"]
+    t0 = time.monotonic()
+    got = server.request("GET", f"/v1/sandboxes/{name}/files/output/pipe", timeout=20)
+    assert got.status in (400, 403) and time.monotonic() - t0 < 5
+    assert server.request("GET", "/healthz").status == 200
+
+
+def test_dotdot_and_absolute_paths_are_refused_before_any_lookup(server):
+    name = new_sandbox(server)
+    for path in ["..%2F..%2Fetc%2Fpasswd", "a%2F..%2F..%2Fx", "%2Fetc%2Fpasswd"]:
+        r = server.request("GET", f"/v1/sandboxes/{name}/files/{path}")
+        assert r.status == 400, (path, r.status, r.body)
+    r = server.request("POST", f"/v1/sandboxes/{name}/files",
+                       {"path": "../escape.txt", "content": "x"})
+    assert r.status == 400
+
+
+def test_workspace_full_is_a_clear_error_not_a_host_write(tmp_path):
+    # The cap is the size of the workspace's own filesystem: nothing to
+    # switch off without a different storage backend.
+    server = Server(tmp_path)
+    try:
+        server.ok("POST", "/v1/sandboxes", {"name": "small", "disk_mib": 16})
+        r = sh(server, "small", "dd if=/dev/zero of=big bs=1M count=64 2>&1; df -m . | tail -1")
+        assert "No space left" in r["stdout"]
+        up = server.request("PUT", "/v1/sandboxes/small/files/more", b"x" * (4 << 20),
+                            headers={"Content-Type": "application/octet-stream"})
+        assert up.status == 507, up.body
+    finally:
+        server.stop()
+
+
+def test_spec_fields_cannot_reach_host_paths(server):
+    # The image must be "host" and mounts only what mounts_allowed lists
+    # (none here): requests for more are refused, naming the field.
+    r = server.request("POST", "/v1/sandboxes", {"name": "img", "image": "/"})
+    assert r.status == 400 and "image" in r.json["error"]["message"]
+    r = server.request("POST", "/v1/sandboxes", {
+        "name": "mnt", "mounts": [{"source": "/etc", "target": "/hostetc"}]})
+    assert r.status == 403 and "mounts[0]" in r.json["error"]["message"]
+    r = server.request("POST", "/v1/run", {"command": "true", "network": ["example.com"]})
+    assert r.status == 403 and "network" in r.json["error"]["message"]
+    assert server.ok("GET", "/v1/sandboxes")["sandboxes"] == []
+
+
+def test_codecage_init_cannot_be_read_or_rewritten_from_inside(server):
+    # Sealed + execute-only memfd, non-dumpable init: two layers, and the
+    # seal cannot be switched off.
+    name = new_sandbox(server)
+    r = sh(server, name, "cat /proc/1/exe > /dev/null 2>&1 && echo READ; "
+                         "echo x >> /proc/1/exe 2>/dev/null && echo WROTE; "
+                         "ls -l /proc/1/fd 2>/dev/null | grep -c socket; "
+                         "cat /proc/1/environ 2>/dev/null && echo ENVIRON; echo end")
+    assert "READ" not in r["stdout"] and "WROTE" not in r["stdout"]
+    assert "ENVIRON" not in r["stdout"] and r["stdout"].endswith("end\n")
+    # init still serves execs after the attempts
+    assert sh(server, name, "echo alive")["stdout"] == "alive\n"
+
+
+def test_exec_cannot_kill_init_or_escape_its_tree(server):
+    # Signals to pid 1 from inside are dropped by the kernel; a setsid
+    # daemon is killed with its exec's cgroup (the box unit test shows it).
+    name = new_sandbox(server)
+    sh(server, name, "kill -KILL 1; kill -TERM 1; setsid sleep 1000 & echo")
+    r = sh(server, name, "for p in /proc/[0-9]*; do cat $p/comm; done")
+    assert "sleep" not in r["stdout"]
+    assert server.ok("GET", f"/v1/sandboxes/{name}")["state"] == "running"
