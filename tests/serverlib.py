@@ -128,6 +128,8 @@ class Server:
         self.log.close()
 
     def stop(self):
+        """SIGTERM; the server must exit cleanly (0), which under ASan also
+        means LeakSanitizer found nothing."""
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -135,6 +137,10 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+                raise AssertionError(f"codecage serve ignored SIGTERM: {self.log_text()}")
+            self.log.close()
+            assert self.proc.returncode == 0, \
+                f"codecage serve exited {self.proc.returncode}: {self.log_text()[-4000:]}"
         self.log.close()
 
 
