@@ -20,6 +20,8 @@ enum {
 
 int cmd_run(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
+int cmd_sandbox(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 /* Value parsers: 0 on success, -EINVAL with a message naming the option and
  * the allowed range in err otherwise. */

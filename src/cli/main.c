@@ -15,6 +15,8 @@ static const struct {
 } commands[] = {
         {"run", cmd_run, "run a command in a fresh one-shot sandbox"},
         {"doctor", cmd_doctor, "check what this host supports and how to fix what it lacks"},
+        {"serve", cmd_serve, "serve the HTTP API (docs/API.md) until SIGINT/SIGTERM"},
+        {"sandbox", cmd_sandbox, "manage named sandboxes on a running codecage serve"},
 };
 
 static void usage(FILE *f)

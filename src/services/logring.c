@@ -68,9 +68,8 @@ void log_ring_append(struct log_ring *r, const char *text, size_t len)
         }
         if (len == 0)
                 return;
-        size_t room = r->partial_len < LOG_RING_LINE_MAX + 1 ? LOG_RING_LINE_MAX + 1 -
-                                                                       r->partial_len
-                                                               : 0;
+        size_t room =
+                r->partial_len < LOG_RING_LINE_MAX + 1 ? LOG_RING_LINE_MAX + 1 - r->partial_len : 0;
         size_t add = len < room ? len : room;
         char *p = realloc(r->partial, r->partial_len + add + 1);
         if (!p)
@@ -95,7 +94,8 @@ json_t *log_ring_tail(const struct log_ring *r, size_t tail)
         json_t *lines = json_array();
         size_t skip = tail && tail < r->n ? r->n - tail : 0;
         for (size_t i = skip; i < r->n; i++)
-                json_array_append_new(lines, json_string(r->lines[(r->start + i) % LOG_RING_LINES]));
+                json_array_append_new(lines,
+                                      json_string(r->lines[(r->start + i) % LOG_RING_LINES]));
         return json_pack("{s:o, s:b}", "lines", lines, "truncated", r->dropped || skip > 0);
 }
 

@@ -16,7 +16,7 @@
 struct log_ring {
         char *lines[LOG_RING_LINES];
         size_t start, n, bytes;
-        bool dropped; /* lines were evicted */
+        bool dropped;  /* lines were evicted */
         char *partial; /* an unfinished last line */
         size_t partial_len;
 };

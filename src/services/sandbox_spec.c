@@ -41,10 +41,10 @@ static const struct num_field num_fields[] = {
         {"output_max_bytes", NUM_INT, 1024, DEF(output_max_bytes), LIM(output_max_bytes_max)},
 };
 
-static const char *const base_keys[] = {"name",   "image",   "memory_mib", "cpus",
-                                        "pids",   "disk_mib", "timeout_s",  "output_max_bytes",
-                                        "network", "env",     "secrets",    "mounts",
-                                        "labels", "idle_timeout_s"};
+static const char *const base_keys[] = {
+        "name",     "image",     "memory_mib",       "cpus",          "pids",
+        "disk_mib", "timeout_s", "output_max_bytes", "network",       "env",
+        "secrets",  "mounts",    "labels",           "idle_timeout_s"};
 
 /* A field's value from the config, as a double (the defaults and limits
  * structs mix uint64_t, uint32_t and double). */
@@ -89,8 +89,8 @@ static bool key_allowed(const char *key, const char *const *extra)
         return false;
 }
 
-static int parse_number(const struct cage_config *cfg, const json_t *in,
-                        const struct num_field *f, double *ret, struct cage_error *err)
+static int parse_number(const struct cage_config *cfg, const json_t *in, const struct num_field *f,
+                        double *ret, struct cage_error *err)
 {
         const json_t *v = json_object_get(in, f->key);
         double max = limit_of(cfg, f);
@@ -106,8 +106,8 @@ static int parse_number(const struct cage_config *cfg, const json_t *in,
                 return cage_fail(err, -EINVAL, "%s: %g is below the minimum of %g", f->key, d,
                                  f->min);
         if (d > max)
-                return cage_fail(err, -EPERM, "%s: %g is above this server's maximum of %g",
-                                 f->key, d, max);
+                return cage_fail(err, -EPERM, "%s: %g is above this server's maximum of %g", f->key,
+                                 d, max);
         *ret = d;
         return 0;
 }
@@ -163,7 +163,8 @@ static int parse_env(const json_t *in, struct svc_spec *s, struct cage_error *er
                 return cage_fail(err, -EINVAL, "env: more than %d variables", SVC_ENV_MAX);
         const char *k;
         const json_t *v;
-        json_object_foreach ((json_t *)env, k, v) {
+        json_object_foreach((json_t *)env, k, v)
+        {
                 if (!env_name_valid(k))
                         return cage_fail(err, -EINVAL,
                                          "env: \"%.64s\" is not a valid variable name", k);
@@ -190,7 +191,8 @@ static int parse_secrets(const struct cage_config *cfg, const json_t *in, struct
                                  SVC_SECRETS_MAX);
         size_t i;
         const json_t *v;
-        json_array_foreach (sec, i, v) {
+        json_array_foreach(sec, i, v)
+        {
                 const char *value;
                 if (!json_is_string(v))
                         return cage_fail(err, -EINVAL, "secrets[%zu]: must be a string", i);
@@ -203,8 +205,8 @@ static int parse_secrets(const struct cage_config *cfg, const json_t *in, struct
         return 0;
 }
 
-static int parse_mount(const struct cage_config *cfg, size_t i, const json_t *m,
-                       struct svc_spec *s, struct cage_error *err)
+static int parse_mount(const struct cage_config *cfg, size_t i, const json_t *m, struct svc_spec *s,
+                       struct cage_error *err)
 {
         const char *src = NULL, *dst = NULL;
         int writable = 0;
@@ -223,10 +225,10 @@ static int parse_mount(const struct cage_config *cfg, size_t i, const json_t *m,
         struct cage_error merr = {0};
         int r = cage_config_mount_allowed(cfg, src, writable, &s->resolved_mounts[i], &merr);
         if (r < 0)
-                return cage_fail(err, r == -ENOENT ? -EINVAL : -EPERM, "mounts[%zu].source: %s",
-                                 i, merr.message);
-        json_array_append_new(s->mounts, json_pack("{s:s,s:s,s:b}", "source", src, "target",
-                                                   dst, "writable", writable));
+                return cage_fail(err, r == -ENOENT ? -EINVAL : -EPERM, "mounts[%zu].source: %s", i,
+                                 merr.message);
+        json_array_append_new(s->mounts, json_pack("{s:s,s:s,s:b}", "source", src, "target", dst,
+                                                   "writable", writable));
         return 0;
 }
 
@@ -243,7 +245,8 @@ static int parse_mounts(const struct cage_config *cfg, const json_t *in, struct 
                                  CAGE_MOUNTS_MAX - 1);
         size_t i;
         const json_t *m;
-        json_array_foreach (mounts, i, m) {
+        json_array_foreach(mounts, i, m)
+        {
                 int r = parse_mount(cfg, i, m, s, err);
                 if (r < 0)
                         return r;
@@ -265,11 +268,12 @@ static int parse_labels(const json_t *in, struct svc_spec *s, struct cage_error 
                                  SVC_LABELS_MAX);
         const char *k;
         const json_t *v;
-        json_object_foreach ((json_t *)labels, k, v) {
+        json_object_foreach((json_t *)labels, k, v)
+        {
                 if (!k[0] || strlen(k) > SVC_NAME_MAX || strchr(k, '='))
                         return cage_fail(err, -EINVAL,
-                                         "labels: key \"%.64s\" must be 1..%d bytes without '='",
-                                         k, SVC_NAME_MAX);
+                                         "labels: key \"%.64s\" must be 1..%d bytes without '='", k,
+                                         SVC_NAME_MAX);
                 if (!json_is_string(v) || json_string_length(v) > SVC_LABEL_VALUE_MAX)
                         return cage_fail(err, -EINVAL,
                                          "labels.%s: must be a string of at most %d bytes", k,
@@ -279,16 +283,19 @@ static int parse_labels(const json_t *in, struct svc_spec *s, struct cage_error 
         return 0;
 }
 
-static int parse_simple(const json_t *in, bool named, const char *const *extra,
-                        struct svc_spec *s, struct cage_error *err)
+static int parse_simple(const json_t *in, bool named, const char *const *extra, struct svc_spec *s,
+                        struct cage_error *err)
 {
         if (!json_is_object(in))
                 return cage_fail(err, -EINVAL, "the request body must be a JSON object");
         const char *k;
         const json_t *v;
-        json_object_foreach ((json_t *)in, k, v)
-                if (!key_allowed(k, extra) || (!named && strcmp(k, "name") == 0))
-                        return cage_fail(err, -EINVAL, "unknown field \"%.64s\"", k);
+        json_object_foreach(
+                (json_t *)in, k,
+                v) if (!key_allowed(k, extra) ||
+                       (!named &&
+                        strcmp(k, "name") == 0)) return cage_fail(err, -EINVAL,
+                                                                  "unknown field \"%.64s\"", k);
         const json_t *name = json_object_get(in, "name");
         if (named && (!json_is_string(name) || !svc_name_valid(json_string_value(name))))
                 return cage_fail(err, -EINVAL,
@@ -317,16 +324,15 @@ static int build_doc(struct svc_spec *s)
                            s->cpus, "pids", (int)s->pids, "disk_mib", (json_int_t)s->disk_mib,
                            "timeout_s", (double)s->timeout_s_ms / 1000.0, "output_max_bytes",
                            (json_int_t)s->output_max_bytes, "network", "env", s->env, "secrets",
-                           s->secrets, "mounts", s->mounts, "labels", s->labels,
-                           "idle_timeout_s", (json_int_t)s->idle_timeout_s);
+                           s->secrets, "mounts", s->mounts, "labels", s->labels, "idle_timeout_s",
+                           (json_int_t)s->idle_timeout_s);
         if (s->doc && s->name[0])
                 json_object_set_new(s->doc, "name", json_string(s->name));
         return s->doc ? 0 : -ENOMEM;
 }
 
 int svc_spec_parse(const struct cage_config *cfg, const json_t *in, bool named,
-                   const char *const *allowed_extra, struct svc_spec **ret,
-                   struct cage_error *err)
+                   const char *const *allowed_extra, struct svc_spec **ret, struct cage_error *err)
 {
         struct svc_spec *s = calloc(1, sizeof(*s));
         if (!s)
@@ -374,15 +380,15 @@ static size_t env_bytes(const struct svc_spec *s, const struct cage_config *cfg)
         size_t bytes = 0;
         const char *k;
         const json_t *v;
-        json_object_foreach ((json_t *)s->env, k, v)
-                bytes += strlen(k) + json_string_length(v) + 2;
+        json_object_foreach((json_t *)s->env, k, v) bytes += strlen(k) + json_string_length(v) + 2;
         for (size_t i = 0; i < cfg->n_env_allowlist; i++) {
                 const char *val = getenv(cfg->env_allowlist[i]);
                 if (val)
                         bytes += strlen(cfg->env_allowlist[i]) + strlen(val) + 2;
         }
         size_t i;
-        json_array_foreach (s->secrets, i, v) {
+        json_array_foreach(s->secrets, i, v)
+        {
                 const char *val;
                 if (cage_config_secret(cfg, json_string_value(v), &val, NULL) == 0)
                         bytes += json_string_length(v) + strlen(val) + 2;
@@ -402,8 +408,8 @@ static bool add_env(struct cage_spec *out, char **pos, const char *k, const char
 
 /* Order matters: later entries win, so secrets and the spec's own variables
  * override what the allowlist passes through. */
-static int fill_env(const struct svc_spec *s, const struct cage_config *cfg,
-                    struct cage_spec *out, char **env_storage, struct cage_error *err)
+static int fill_env(const struct svc_spec *s, const struct cage_config *cfg, struct cage_spec *out,
+                    char **env_storage, struct cage_error *err)
 {
         char *pos = *env_storage = malloc(env_bytes(s, cfg) + 1);
         if (!pos)
@@ -416,16 +422,16 @@ static int fill_env(const struct svc_spec *s, const struct cage_config *cfg,
         }
         size_t i;
         const json_t *v;
-        json_array_foreach (s->secrets, i, v) {
+        json_array_foreach(s->secrets, i, v)
+        {
                 const char *val;
                 if (ok && cage_config_secret(cfg, json_string_value(v), &val, NULL) == 0 &&
                     !json_object_get(s->env, json_string_value(v)))
                         ok = add_env(out, &pos, json_string_value(v), val);
         }
         const char *k;
-        json_object_foreach ((json_t *)s->env, k, v)
-                if (ok)
-                        ok = add_env(out, &pos, k, json_string_value(v));
+        json_object_foreach((json_t *)s->env, k, v) if (ok) ok =
+                add_env(out, &pos, k, json_string_value(v));
         out->env[out->n_env] = NULL;
         return ok ? 0 : cage_fail(err, -EINVAL, "env: more than %d variables in all", CAGE_ENV_MAX);
 }

@@ -46,8 +46,7 @@ bool svc_name_valid(const char *name);
  * refused (one-shot runs). `allowed_extra` lists further top-level keys the
  * caller handles itself (NULL-terminated; e.g. "code", "files"). */
 int svc_spec_parse(const struct cage_config *cfg, const json_t *in, bool named,
-                   const char *const *allowed_extra, struct svc_spec **ret,
-                   struct cage_error *err);
+                   const char *const *allowed_extra, struct svc_spec **ret, struct cage_error *err);
 struct svc_spec *svc_spec_free(struct svc_spec *s);
 
 /* Fills a struct cage_spec for launching (pointers into s and env_storage;

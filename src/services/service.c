@@ -46,7 +46,6 @@ int cage_service_http_status(int r)
         case -EISDIR:
         case -ENOTDIR:
         case -ENAMETOOLONG:
-        case -ENOTEMPTY:
                 return 400;
         case -EPERM:
         case -EACCES:
@@ -57,6 +56,7 @@ int cage_service_http_status(int r)
                 return 404;
         case -EEXIST:
         case -EBUSY:
+        case -ENOTEMPTY: /* a directory delete without recursive */
                 return 409;
         case -E2BIG:
         case -EFBIG:
@@ -282,11 +282,11 @@ static json_t *info_locked(struct sb *sb)
                 disk = json_pack("{s:I,s:I}", "used_bytes", (json_int_t)used, "total_bytes",
                                  (json_int_t)total);
         return json_pack("{s:s, s:s, s:s, s:s, s:o, s:o, s:O, s:O, s:o, s:o, s:i}", "name",
-                         sb->name, "id", sb->id, "state", sb->box ? "running" : "stopped",
-                         "image", "host", "created", iso_time(sb->created_ms), "last_used",
+                         sb->name, "id", sb->id, "state", sb->box ? "running" : "stopped", "image",
+                         "host", "created", iso_time(sb->created_ms), "last_used",
                          iso_time(sb->last_used_ms), "labels", svc_labels(sb), "spec",
-                         sb->spec ? sb->spec->doc : sb->stored_doc, "usage", usage, "disk", disk, "execs_running",
-                         (int)sb->active);
+                         sb->spec ? sb->spec->doc : sb->stored_doc, "usage", usage, "disk", disk,
+                         "execs_running", (int)sb->active);
 }
 
 /* ---- create ---- */
@@ -567,8 +567,7 @@ static int private_mounts(struct cage_error *err)
 
 /* A leftover pid 1 of the previous server is dead already (parent-death
  * signal); if one is somehow alive and still in its cgroup, kill it. */
-static int kill_leftover(void *ctx, const struct cage_sandbox_record *rec,
-                         struct cage_error *err)
+static int kill_leftover(void *ctx, const struct cage_sandbox_record *rec, struct cage_error *err)
 {
         struct cage_service *svc = ctx;
         (void)err;
@@ -604,9 +603,8 @@ static int load_sandboxes(struct cage_service *svc, struct cage_error *err)
                                 continue;
                         sb->stored_doc = json_loads(rec->spec_json, 0, NULL);
                         struct cage_error serr = {0};
-                        if (!sb->stored_doc ||
-                            svc_spec_parse(svc->cfg, sb->stored_doc, true, NULL, &sb->spec,
-                                           &serr) < 0)
+                        if (!sb->stored_doc || svc_spec_parse(svc->cfg, sb->stored_doc, true, NULL,
+                                                              &sb->spec, &serr) < 0)
                                 /* The config changed under it (a secret or a mount is
                                  * gone): listed, removable, not startable. */
                                 snprintf(sb->broken, sizeof(sb->broken), "%.200s",
@@ -649,8 +647,8 @@ static int open_parts(struct cage_service *svc, struct cage_error *err)
             (r = cage_store_new_id(svc->instance, err)) < 0 ||
             (r = cage_store_read_boot_id(svc->boot_id, err)) < 0)
                 return r;
-        if ((r = cage_store_mark_all_stopped(svc->store, svc->instance, kill_leftover, svc,
-                                             err)) < 0)
+        if ((r = cage_store_mark_all_stopped(svc->store, svc->instance, kill_leftover, svc, err)) <
+            0)
                 return r;
         if ((r = cage_config_redactor(cfg, &svc->redactor, err)) < 0)
                 return r;

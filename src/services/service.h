@@ -11,10 +11,11 @@
  *
  * Errors are -errno with a message in err that a client can act on:
  *   -EINVAL  bad request (the message names the field)   -> HTTP 400
- *            (also -EISDIR, -ENOTDIR, -ENAMETOOLONG, -ENOTEMPTY)
+ *            (also -EISDIR, -ENOTDIR, -ENAMETOOLONG)
  *   -ENOENT  unknown sandbox, run or file                 -> 404
  *   -EEXIST  the tenant already has that name             -> 409
  *   -EBUSY   the sandbox is not in a state for this       -> 409
+ *            (also -ENOTEMPTY: a non-empty directory, not recursive)
  *   -EPERM   refused by policy (limits, mounts, secrets)  -> 403
  *            (also -ELOOP, -EXDEV: a link the file API will not follow)
  *   -E2BIG   too large (body, file, list)                 -> 413
@@ -102,8 +103,7 @@ int cage_service_run(struct cage_service *svc, const char *tenant, const json_t 
  * ("data/x.csv"; a leading "/workspace/" is accepted); ".." and other
  * absolute paths are refused; links never lead out. */
 int cage_service_file_write(struct cage_service *svc, const char *tenant, const char *name,
-                            const char *path, const void *data, size_t len,
-                            struct cage_error *err);
+                            const char *path, const void *data, size_t len, struct cage_error *err);
 /* max: at most this many bytes (-E2BIG beyond). *ret_data is malloc'ed. */
 int cage_service_file_read(struct cage_service *svc, const char *tenant, const char *name,
                            const char *path, size_t max, void **ret_data, size_t *ret_len,

@@ -24,6 +24,7 @@
 #include "core/spec.h"
 #include "service_private.h"
 #include "services/files.h"
+#include "util/base64.h"
 #include "util/cleanup.h"
 #include "util/error.h"
 
@@ -71,7 +72,8 @@ static int parse_argv(const json_t *in, struct exec_req *q, struct cage_error *e
                 if (!json_is_string(script) || json_string_length(script) > SCRIPT_MAX ||
                     has_nul(script))
                         return cage_fail(err, -EINVAL,
-                                         "script: must be a string of at most %d bytes", SCRIPT_MAX);
+                                         "script: must be a string of at most %d bytes",
+                                         SCRIPT_MAX);
                 q->argv = calloc(4, sizeof(char *));
                 if (!q->argv)
                         return -ENOMEM;
@@ -87,7 +89,8 @@ static int parse_argv(const json_t *in, struct exec_req *q, struct cage_error *e
                 return -ENOMEM;
         size_t i;
         const json_t *a;
-        json_array_foreach (argv, i, a) {
+        json_array_foreach(argv, i, a)
+        {
                 if (!json_is_string(a) || has_nul(a) || (i == 0 && !json_string_length(a)))
                         return cage_fail(err, -EINVAL, "argv[%zu]: must be a string%s", i,
                                          i == 0 ? " naming the program" : "");
@@ -111,17 +114,19 @@ static int parse_exec_env(const json_t *in, struct exec_req *q, struct cage_erro
         size_t n = 0;
         const char *k;
         const json_t *v;
-        json_object_foreach ((json_t *)env, k, v) {
+        json_object_foreach((json_t *)env, k, v)
+        {
                 bool name_ok = k[0] && strlen(k) <= 128 && !strchr(k, '=') &&
                                strspn(k, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_"
                                          "0123456789") == strlen(k) &&
                                !(k[0] >= '0' && k[0] <= '9');
                 if (!name_ok)
                         return cage_fail(err, -EINVAL, "env: \"%.64s\" is not a valid name", k);
-                if (!json_is_string(v) || has_nul(v) ||
-                    json_string_length(v) > SVC_ENV_VALUE_MAX)
-                        return cage_fail(err, -EINVAL, "env.%s: must be a string of at most %d "
-                                         "bytes", k, SVC_ENV_VALUE_MAX);
+                if (!json_is_string(v) || has_nul(v) || json_string_length(v) > SVC_ENV_VALUE_MAX)
+                        return cage_fail(err, -EINVAL,
+                                         "env.%s: must be a string of at most %d "
+                                         "bytes",
+                                         k, SVC_ENV_VALUE_MAX);
                 if (asprintf(&q->env[n++], "%s=%s", k, json_string_value(v)) < 0)
                         return -ENOMEM;
         }
@@ -154,7 +159,8 @@ static int parse_exec(struct cage_service *svc, const json_t *in, uint64_t dflt_
                 return cage_fail(err, -EINVAL, "the request body must be a JSON object");
         const char *k;
         const json_t *v;
-        json_object_foreach ((json_t *)in, k, v) {
+        json_object_foreach((json_t *)in, k, v)
+        {
                 bool known = false;
                 for (size_t i = 0; keys[i] && !known; i++)
                         known = strcmp(k, keys[i]) == 0;
@@ -216,16 +222,15 @@ static json_t *audit_fields(const struct cage_result *res, const char *argv0)
 {
         return json_pack("{s:s, s:o, s:o, s:I, s:I, s:I, s:s}", "status",
                          cage_status_to_string(res->status), "exit_code",
-                         res->exit_code >= 0 ? json_integer(res->exit_code) : json_null(),
-                         "signal", res->signal ? json_integer(res->signal) : json_null(),
-                         "duration_ms", (json_int_t)res->duration_ms, "cpu_ms",
-                         (json_int_t)res->cpu_ms, "peak_memory_bytes",
-                         (json_int_t)res->peak_memory_bytes, "program", argv0);
+                         res->exit_code >= 0 ? json_integer(res->exit_code) : json_null(), "signal",
+                         res->signal ? json_integer(res->signal) : json_null(), "duration_ms",
+                         (json_int_t)res->duration_ms, "cpu_ms", (json_int_t)res->cpu_ms,
+                         "peak_memory_bytes", (json_int_t)res->peak_memory_bytes, "program", argv0);
 }
 
 static void run_exec(struct cage_service *svc, struct cage_box *box, const struct exec_req *q,
-                     uint64_t output_max, const struct cage_service_io *io,
-                     struct cage_result *res, int *r, struct cage_error *err)
+                     uint64_t output_max, const struct cage_service_io *io, struct cage_result *res,
+                     int *r, struct cage_error *err)
 {
         struct cage_exec ex = {.argv = q->argv,
                                .env = q->env,
@@ -247,8 +252,7 @@ static void run_exec(struct cage_service *svc, struct cage_box *box, const struc
 
 /* ---- exec in a named sandbox ---- */
 
-static const char *const exec_keys[] = {"argv", "script", "env", "cwd", "stdin", "timeout_s",
-                                        NULL};
+static const char *const exec_keys[] = {"argv", "script", "env", "cwd", "stdin", "timeout_s", NULL};
 
 /* Marks the exec as running on sb (starting the sandbox if needed). */
 static int enter(struct sb *sb, bool *restarted, struct cage_box **box, int *ws_fd,
@@ -357,43 +361,6 @@ static int run_argv(const json_t *in, struct exec_req *q, struct cage_error *err
         return 0;
 }
 
-static int decode_base64(const char *in, size_t len, char **ret, size_t *ret_len)
-{
-        static const char tbl[] =
-                "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-        if (len % 4)
-                return -EINVAL;
-        char *out = malloc(len / 4 * 3 + 1);
-        if (!out)
-                return -ENOMEM;
-        size_t n = 0;
-        for (size_t i = 0; i < len; i += 4) {
-                uint32_t v = 0;
-                int pad = 0;
-                for (int j = 0; j < 4; j++) {
-                        const char *p = in[i + j] ? strchr(tbl, in[i + j]) : NULL;
-                        if (in[i + j] == '=' && i + 4 == len && j >= 2) {
-                                pad++;
-                                v <<= 6;
-                                continue;
-                        }
-                        if (!p || pad) {
-                                free(out);
-                                return -EINVAL;
-                        }
-                        v = v << 6 | (uint32_t)(p - tbl);
-                }
-                out[n++] = (char)(v >> 16);
-                if (pad < 2)
-                        out[n++] = (char)(v >> 8);
-                if (pad < 1)
-                        out[n++] = (char)v;
-        }
-        *ret = out;
-        *ret_len = n;
-        return 0;
-}
-
 /* Writes the request's files ({path, content, encoding}) into the workspace. */
 static int put_files(const json_t *in, int ws, struct cage_error *err)
 {
@@ -405,11 +372,12 @@ static int put_files(const json_t *in, int ws, struct cage_error *err)
                                  FILES_MAX);
         size_t i;
         const json_t *f;
-        json_array_foreach (files, i, f) {
+        json_array_foreach(files, i, f)
+        {
                 const char *path = NULL, *content = NULL, *enc = "utf-8", *url = NULL;
                 size_t clen = 0;
-                if (json_unpack((json_t *)f, "{s:s, s?s%, s?s, s?s}", "path", &path, "content", &content,
-                                &clen, "encoding", &enc, "url", &url) < 0 ||
+                if (json_unpack((json_t *)f, "{s:s, s?s%, s?s, s?s}", "path", &path, "content",
+                                &content, &clen, "encoding", &enc, "url", &url) < 0 ||
                     json_object_size(f) > 3)
                         return cage_fail(err, -EINVAL,
                                          "files[%zu]: must be {path, content, encoding} or "
@@ -422,10 +390,10 @@ static int put_files(const json_t *in, int ws, struct cage_error *err)
                                          i);
                 if (!content)
                         return cage_fail(err, -EINVAL, "files[%zu].content: required", i);
-                _cleanup_free_ char *data = NULL;
+                _cleanup_free_ void *data = NULL;
                 size_t dlen = clen;
                 if (strcmp(enc, "base64") == 0) {
-                        if (decode_base64(content, clen, &data, &dlen) < 0)
+                        if (cage_base64_decode(content, clen, &data, &dlen) < 0)
                                 return cage_fail(err, -EINVAL,
                                                  "files[%zu].content: not valid base64", i);
                 } else if (strcmp(enc, "utf-8") != 0 && strcmp(enc, "utf8") != 0) {
@@ -563,7 +531,7 @@ int cage_service_run_file_read(struct cage_service *svc, const char *tenant, con
                                const char *path, size_t max, void **ret_data, size_t *ret_len,
                                struct cage_error *err)
 {
-        (void)tenant; /* run ids are 128 random bits: knowing one is the capability */
+        (void)tenant;              /* run ids are 128 random bits: knowing one is the capability */
         if (!run_id_valid(run_id)) /* ids are 32 lowercase hex digits */
                 return cage_fail(err, -ENOENT, "no run \"%.40s\"", run_id ? run_id : "");
         _cleanup_free_ char *dir = NULL;
@@ -571,14 +539,12 @@ int cage_service_run_file_read(struct cage_service *svc, const char *tenant, con
                 return cage_fail(err, -ENOMEM, "path");
         _cleanup_close_ int fd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
         if (fd < 0)
-                return cage_fail(err, -ENOENT, "no artifacts of run %s (none, or expired)",
-                                 run_id);
+                return cage_fail(err, -ENOENT, "no artifacts of run %s (none, or expired)", run_id);
         char rel[CAGE_FILES_PATH_MAX + 1], full[CAGE_FILES_PATH_MAX + 16];
         int r = cage_files_check_path(path, rel, err);
         if (r < 0)
                 return r;
-        snprintf(full, sizeof(full), "%s%s", strncmp(rel, "output/", 7) == 0 ? "" : "output/",
-                 rel);
+        snprintf(full, sizeof(full), "%s%s", strncmp(rel, "output/", 7) == 0 ? "" : "output/", rel);
         return cage_files_read(fd, full, max, ret_data, ret_len, err);
 }
 

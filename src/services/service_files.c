@@ -41,8 +41,7 @@ static void audit_file(struct sb *sb, enum cage_audit_event ev, const char *path
 }
 
 int cage_service_file_write(struct cage_service *svc, const char *tenant, const char *name,
-                            const char *path, const void *data, size_t len,
-                            struct cage_error *err)
+                            const char *path, const void *data, size_t len, struct cage_error *err)
 {
         struct sb *sb;
         _cleanup_close_ int ws = open_ws(svc, tenant, name, &sb, err);

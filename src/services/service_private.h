@@ -36,8 +36,8 @@ struct sb {
         struct svc_spec *spec; /* NULL when the stored spec no longer parses */
         json_t *stored_doc;    /* the spec as stored (loaded sandboxes) */
         char broken[256];      /* why spec is NULL */
-        struct cage_box *box; /* NULL while stopped */
-        unsigned active;      /* execs running now */
+        struct cage_box *box;  /* NULL while stopped */
+        unsigned active;       /* execs running now */
         int64_t created_ms, last_used_ms;
         char *workspace; /* the mounted workspace directory, or NULL */
         struct log_ring logs;

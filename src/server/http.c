@@ -1,0 +1,608 @@
+/* The HTTP server of `codecage serve`: listeners, the libmicrohttpd
+ * daemons, and the life cycle of one request (docs/API.md).
+ *
+ * Threading: each listener (TCP listen.http, Unix socket listen.unix) is one
+ * MHD daemon in MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION
+ * mode (with poll(), so fd numbers above FD_SETSIZE work). A connection owns
+ * a thread, so a long exec blocks only its own connection and handlers can
+ * simply call the (thread-safe) service; at most HTTP_CONNECTIONS_MAX
+ * connections per listener bound the threads. While a handler runs a long
+ * service call, the connection's idle timeout is switched off and re-armed
+ * afterwards (re-arming restarts MHD's idle clock).
+ *
+ * A request, in order:
+ *  1. the URI callback copies the raw request target (routing decodes it
+ *     segment by segment: routes.c);
+ *  2. headers: route (404 / 405 / 400), bearer token (401), Content-Type of
+ *     JSON routes (415), Content-Length against limits.max_body_bytes (413)
+ *     -- all before a byte of the body is read;
+ *  3. the body is buffered up to limits.max_body_bytes; past it, buffering
+ *     stops and the rest is discarded until the 413 can be sent (take_body);
+ *  4. the handler runs and its reply is queued;
+ *  5. the completed callback cancels a live SSE stream (client gone), logs
+ *     one line (method, path, tenant, status, duration_ms -- never bodies,
+ *     queries or tokens) and frees the request.
+ *
+ * Stopping: a pipe becomes readable (running execs use it as their cancel
+ * fd; SSE readers poll it), then every daemon is stopped, which waits for
+ * its connection threads. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "server/http.h"
+#include "services/config.h"
+#include "services/redact.h"
+#include "services/service.h"
+#include "util/cleanup.h"
+#include "util/error.h"
+
+#define HTTP_CONNECTIONS_MAX 256
+#define HTTP_HEADERS_MAX     (64 * 1024) /* MHD's per-connection pool: URI + headers */
+#define HTTP_BODY_INITIAL    4096
+#define HTTP_DISCARD_MAX     (64ULL * 1024 * 1024) /* past the limit, then close */
+#define HTTP_LOG_PATH_MAX    256
+#define DESCRIBE_MAX         (2 * 128 + 64)
+
+struct cage_http_server {
+        struct http_context ctx;
+        struct MHD_Daemon *daemons[2];
+        size_t n_daemons;
+        int shutdown_pipe[2];
+        char *unix_path; /* the socket we created, removed at stop */
+        char describe[DESCRIBE_MAX];
+};
+
+struct http_request {
+        const struct http_context *ctx;
+        char *raw_uri;
+        bool uri_too_long;
+        struct timespec start;
+        char method[16];
+        char tenant[CAGE_CONFIG_TENANT_NAME_MAX + 1];
+        unsigned status;
+        bool started, responded, too_large;
+        struct http_match match;
+        char *body;
+        size_t body_len, body_cap;
+        uint64_t discarded; /* bytes past the limit, counted, not kept */
+        struct sse_stream *stream;
+};
+
+/* ---- logging ------------------------------------------------------------- */
+
+static uint64_t elapsed_ms(const struct timespec *since)
+{
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        int64_t ms = (int64_t)(now.tv_sec - since->tv_sec) * 1000 +
+                     (now.tv_nsec - since->tv_nsec) / 1000000;
+        return ms < 0 ? 0 : (uint64_t)ms;
+}
+
+/* The path part of the raw target, printable ASCII only (others %XX). */
+static void log_path(const char *uri, char out[HTTP_LOG_PATH_MAX + 4])
+{
+        size_t w = 0;
+        for (const unsigned char *p = (const unsigned char *)(uri ? uri : "");
+             *p && *p != '?' && w < HTTP_LOG_PATH_MAX; p++) {
+                if (*p > 0x20 && *p < 0x7f && *p != '"')
+                        out[w++] = (char)*p;
+                else
+                        w += (size_t)snprintf(out + w, 4, "%%%02X", *p);
+        }
+        out[w] = '\0';
+}
+
+static const char *termination_text(enum MHD_RequestTerminationCode toe)
+{
+        switch (toe) {
+        case MHD_REQUEST_TERMINATED_COMPLETED_OK:
+                return "ok";
+        case MHD_REQUEST_TERMINATED_TIMEOUT_REACHED:
+                return "timeout";
+        case MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN:
+                return "shutdown";
+        case MHD_REQUEST_TERMINATED_CLIENT_ABORT:
+                return "client_abort";
+        default:
+                return "error";
+        }
+}
+
+static void log_request(const struct http_request *req, enum MHD_RequestTerminationCode toe)
+{
+        char path[HTTP_LOG_PATH_MAX + 4], status[16], line[512];
+        log_path(req->raw_uri, path);
+        if (req->status)
+                snprintf(status, sizeof(status), "%u", req->status);
+        else
+                snprintf(status, sizeof(status), "-");
+        int n = snprintf(line, sizeof(line),
+                         "codecage: http method=%s path=\"%s\" tenant=%s status=%s "
+                         "duration_ms=%llu end=%s\n",
+                         req->method[0] ? req->method : "-", path,
+                         req->tenant[0] ? req->tenant : "-", status,
+                         (unsigned long long)elapsed_ms(&req->start), termination_text(toe));
+        if (n > 0)
+                (void)!write(STDERR_FILENO, line,
+                             (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
+}
+
+static void mhd_logger(void *cls, const char *fmt, va_list ap)
+{
+        char msg[512];
+        vsnprintf(msg, sizeof(msg), fmt, ap);
+        msg[strcspn(msg, "\n")] = '\0';
+        fprintf(stderr, "codecage: http: %s\n", msg);
+}
+
+/* ---- request life cycle -------------------------------------------------- */
+
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+        struct http_request *req = calloc(1, sizeof(*req));
+        if (!req)
+                return NULL;
+        req->ctx = cls;
+        clock_gettime(CLOCK_MONOTONIC, &req->start);
+        size_t len = strnlen(uri, HTTP_URI_MAX + 1);
+        req->uri_too_long = len > HTTP_URI_MAX;
+        req->raw_uri = strndup(uri, HTTP_URI_MAX);
+        if (!req->raw_uri) {
+                free(req);
+                return NULL;
+        }
+        return req;
+}
+
+static enum MHD_Result respond_error(struct http_request *req, struct MHD_Connection *conn,
+                                     unsigned status, const char *message, const char *allow)
+{
+        req->status = status;
+        req->responded = true;
+        free(req->body);
+        req->body = NULL;
+        req->body_len = req->body_cap = 0;
+        return (enum MHD_Result)http_queue_error(conn, status, message, allow, status == 401);
+}
+
+static enum MHD_Result refuse_too_large(struct http_request *req, struct MHD_Connection *conn)
+{
+        char msg[160];
+        snprintf(msg, sizeof(msg), "the body is larger than limits.max_body_bytes (%llu bytes)",
+                 (unsigned long long)req->ctx->cfg->limits.max_body_bytes);
+        return respond_error(req, conn, 413, msg, NULL);
+}
+
+static const struct cage_tenant *authenticate(const struct http_context *ctx,
+                                              struct MHD_Connection *conn)
+{
+        const char *h =
+                MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+        if (!h || strncasecmp(h, "Bearer ", 7) != 0)
+                return NULL;
+        h += 7;
+        while (*h == ' ')
+                h++;
+        return cage_config_tenant_for_token(ctx->cfg, h);
+}
+
+static bool is_json_type(const char *ct)
+{
+        static const char json[] = "application/json";
+        if (!ct || strncasecmp(ct, json, sizeof(json) - 1) != 0)
+                return false;
+        char next = ct[sizeof(json) - 1];
+        return next == '\0' || next == ';' || next == ' ';
+}
+
+/* Step 2: everything that can be refused before the body is read. */
+static enum MHD_Result check_headers(struct http_request *req, struct MHD_Connection *conn)
+{
+        const struct http_context *ctx = req->ctx;
+        uint64_t max = ctx->cfg->limits.max_body_bytes;
+
+        if (!cage_config_auth_required(ctx->cfg) || (req->match.flags & ROUTE_PUBLIC)) {
+                snprintf(req->tenant, sizeof(req->tenant), "%s", CAGE_SERVICE_DEFAULT_TENANT);
+        } else {
+                const struct cage_tenant *t = authenticate(ctx, conn);
+                if (!t)
+                        return respond_error(req, conn, 401,
+                                             "a valid \"Authorization: Bearer TOKEN\" header is "
+                                             "required",
+                                             NULL);
+                snprintf(req->tenant, sizeof(req->tenant), "%s", t->name);
+        }
+        if ((req->match.flags & ROUTE_JSON_BODY) &&
+            !is_json_type(MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                      MHD_HTTP_HEADER_CONTENT_TYPE)))
+                return respond_error(req, conn, 415,
+                                     "the body must be JSON sent with Content-Type: "
+                                     "application/json",
+                                     NULL);
+        const char *cl =
+                MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl && strtoull(cl, NULL, 10) > max)
+                return refuse_too_large(req, conn);
+        return MHD_YES;
+}
+
+static enum MHD_Result begin(struct http_request *req, struct MHD_Connection *conn,
+                             const char *method)
+{
+        struct cage_error msg = {0};
+        char allow[64];
+
+        req->started = true;
+        snprintf(req->method, sizeof(req->method), "%s", method);
+        if (req->uri_too_long)
+                return respond_error(req, conn, 414, "the request target is too long", NULL);
+        char *q = strchr(req->raw_uri, '?');
+        char *frag = strchr(req->raw_uri, '#');
+        if (frag)
+                *frag = '\0';
+        if (q)
+                *q = '\0';
+        unsigned status = http_route_match(method, req->raw_uri, &req->match, allow, &msg);
+        if (q)
+                *q = '?';
+        if (status)
+                return respond_error(req, conn, status, msg.message, status == 405 ? allow : NULL);
+        return check_headers(req, conn);
+}
+
+/* Step 3: buffering with the body limit. MHD (0.9.75) can only queue a
+ * response before the body or after all of it, so a body that passes the
+ * limit without a Content-Length (chunked) is freed at once, the rest is
+ * counted and discarded, and the 413 goes out when it ends -- or the
+ * connection is closed if the client goes on past HTTP_DISCARD_MAX. */
+static enum MHD_Result take_body(struct http_request *req, const char *data, size_t *size)
+{
+        uint64_t max = req->ctx->cfg->limits.max_body_bytes;
+        size_t n = *size;
+        *size = 0;
+        if (req->too_large || req->body_len + (uint64_t)n > max) {
+                free(req->body);
+                req->body = NULL;
+                req->body_cap = 0;
+                req->too_large = true;
+                req->discarded += n;
+                return req->discarded > HTTP_DISCARD_MAX ? MHD_NO : MHD_YES;
+        }
+        if (req->body_len + n + 1 > req->body_cap) {
+                size_t cap = req->body_cap ? req->body_cap : HTTP_BODY_INITIAL;
+                while (cap < req->body_len + n + 1)
+                        cap *= 2;
+                if (cap > max + 1)
+                        cap = (size_t)max + 1;
+                char *nb = realloc(req->body, cap);
+                if (!nb)
+                        return MHD_NO;
+                req->body = nb;
+                req->body_cap = cap;
+        }
+        memcpy(req->body + req->body_len, data, n);
+        req->body_len += n;
+        return MHD_YES;
+}
+
+static int parse_json_body(struct http_request *req, json_t **ret, struct cage_error *err)
+{
+        json_error_t jerr;
+        if (req->body_len == 0)
+                return cage_fail(err, -EINVAL, "body: a JSON object is required");
+        json_t *doc = json_loadb(req->body, req->body_len, JSON_REJECT_DUPLICATES, &jerr);
+        if (!doc)
+                return cage_fail(err, -EINVAL, "body: invalid JSON at line %d, column %d: %s",
+                                 jerr.line, jerr.column, jerr.text);
+        if (!json_is_object(doc)) {
+                json_decref(doc);
+                return cage_fail(err, -EINVAL, "body: must be a JSON object");
+        }
+        *ret = doc;
+        return 0;
+}
+
+static bool wants_sse(struct MHD_Connection *conn)
+{
+        const char *accept =
+                MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT);
+        return accept && strcasestr(accept, "text/event-stream");
+}
+
+static int call_handler(struct http_request *req, struct MHD_Connection *conn,
+                        struct http_reply *reply, struct cage_error *err)
+{
+        json_auto_t *json = NULL;
+        int r;
+        if ((req->match.flags & ROUTE_JSON_BODY) && (r = parse_json_body(req, &json, err)) < 0)
+                return r;
+        char *q = strchr(req->raw_uri, '?');
+        struct http_call call = {
+                .ctx = req->ctx,
+                .conn = conn,
+                .tenant = req->tenant,
+                .method = req->method,
+                .name = req->match.name,
+                .run_id = req->match.run_id,
+                .path = req->match.path,
+                .query = q ? q + 1 : "",
+                .body = req->body ? req->body : "",
+                .body_len = req->body_len,
+                .json = json,
+                .wants_sse = wants_sse(conn),
+                .stream = &req->stream,
+        };
+        return req->match.fn(&call, reply, err);
+}
+
+/* Step 4. */
+static enum MHD_Result finish(struct http_request *req, struct MHD_Connection *conn)
+{
+        struct http_reply reply = {0};
+        struct cage_error err = {0};
+        if (req->body)
+                req->body[req->body_len] = '\0';
+        /* A service call may take as long as an exec's timeout: no idle
+         * timeout meanwhile; re-arming it restarts MHD's idle clock. */
+        MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+        int r = call_handler(req, conn, &reply, &err);
+        MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT,
+                                  (unsigned)HTTP_IDLE_TIMEOUT_S);
+        if (r < 0) {
+                http_reply_clear(&reply);
+                unsigned status = (unsigned)cage_service_http_status(r);
+                return respond_error(req, conn, status, err.message, NULL);
+        }
+        req->status = reply.status;
+        req->responded = true;
+        enum MHD_Result ret = (enum MHD_Result)http_queue_reply(conn, &reply);
+        http_reply_clear(&reply);
+        return ret;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version, const char *upload,
+                                  size_t *upload_size, void **con_cls)
+{
+        struct http_request *req = *con_cls;
+        if (!req)
+                return MHD_NO;
+        if (!req->started)
+                return begin(req, conn, method);
+        if (req->responded) {
+                *upload_size = 0; /* refused: discard what still arrives */
+                return MHD_YES;
+        }
+        if (*upload_size)
+                return take_body(req, upload, upload_size);
+        if (req->too_large)
+                return refuse_too_large(req, conn);
+        return finish(req, conn);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+        struct http_request *req = *con_cls;
+        if (!req)
+                return;
+        *con_cls = NULL;
+        sse_stream_finish(req->stream);
+        log_request(req, toe);
+        http_match_clear(&req->match);
+        free(req->body);
+        free(req->raw_uri);
+        free(req);
+}
+
+/* ---- listeners ------------------------------------------------------------ */
+
+static int open_tcp(const struct cage_config *cfg, int *ret, struct cage_error *err)
+{
+        int family = cfg->http_addr.ss_family, one = 1;
+        _cleanup_close_ int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return cage_fail(err, -errno, "listen.http: socket");
+        if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+            (family == AF_INET6 &&
+             setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one)) < 0))
+                return cage_fail(err, -errno, "listen.http: setsockopt");
+        if (bind(fd, (const struct sockaddr *)&cfg->http_addr, cfg->http_addr_len) < 0)
+                return cage_fail(err, -errno, "listen.http: cannot bind %s", cfg->listen_http);
+        if (listen(fd, 128) < 0)
+                return cage_fail(err, -errno, "listen.http: listen");
+        *ret = TAKE_FD(fd);
+        return 0;
+}
+
+/* A leftover socket file is removed only when it is a socket nobody answers
+ * on; anything else at that path is an error, never deleted. */
+static int clear_stale_socket(const char *path, const struct sockaddr_un *sa,
+                              struct cage_error *err)
+{
+        struct stat st;
+        if (lstat(path, &st) < 0)
+                return errno == ENOENT ? 0 : cage_fail(err, -errno, "listen.unix: %s", path);
+        if (!S_ISSOCK(st.st_mode))
+                return cage_fail(err, -EEXIST, "listen.unix: %s exists and is not a socket", path);
+        _cleanup_close_ int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (probe >= 0 && connect(probe, (const struct sockaddr *)sa, sizeof(*sa)) == 0)
+                return cage_fail(err, -EADDRINUSE,
+                                 "listen.unix: %s: another server is listening there", path);
+        if (unlink(path) < 0 && errno != ENOENT)
+                return cage_fail(err, -errno, "listen.unix: cannot remove stale %s", path);
+        return 0;
+}
+
+static int open_unix(const char *path, int *ret, struct cage_error *err)
+{
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        if (strlen(path) >= sizeof(sa.sun_path))
+                return cage_fail(err, -EINVAL, "listen.unix: path too long");
+        memcpy(sa.sun_path, path, strlen(path) + 1);
+        int r = clear_stale_socket(path, &sa, err);
+        if (r < 0)
+                return r;
+        _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return cage_fail(err, -errno, "listen.unix: socket");
+        /* The socket must never exist with a wider mode, even briefly: bind
+         * under a umask that leaves 0600. (umask is per process; nothing else
+         * creates files during these two calls at start-up.) */
+        mode_t old = umask(0177);
+        r = bind(fd, (const struct sockaddr *)&sa, sizeof(sa));
+        int saved = errno;
+        umask(old);
+        if (r < 0)
+                return cage_fail(err, -saved, "listen.unix: cannot bind %s", path);
+        if (chmod(path, 0600) < 0 || listen(fd, 128) < 0) {
+                r = cage_fail(err, -errno, "listen.unix: %s", path);
+                unlink(path);
+                return r;
+        }
+        *ret = TAKE_FD(fd);
+        return 0;
+}
+
+static int start_daemon(struct cage_http_server *srv, int fd, struct cage_error *err)
+{
+        unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
+                         MHD_USE_POLL | MHD_USE_ERROR_LOG;
+        struct MHD_Daemon *d = MHD_start_daemon(
+                flags, 0, NULL, NULL, on_request, &srv->ctx, MHD_OPTION_EXTERNAL_LOGGER, mhd_logger,
+                NULL, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_LIMIT,
+                (unsigned)HTTP_CONNECTIONS_MAX, MHD_OPTION_CONNECTION_TIMEOUT,
+                (unsigned)HTTP_IDLE_TIMEOUT_S, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+                (size_t)HTTP_HEADERS_MAX, MHD_OPTION_URI_LOG_CALLBACK, on_uri, &srv->ctx,
+                MHD_OPTION_NOTIFY_COMPLETED, on_completed, &srv->ctx, MHD_OPTION_END);
+        if (!d) {
+                close(fd);
+                return cage_fail(err, -EIO, "cannot start the HTTP daemon");
+        }
+        srv->daemons[srv->n_daemons++] = d;
+        return 0;
+}
+
+static void describe_tcp(struct cage_http_server *srv, int fd)
+{
+        struct sockaddr_storage ss;
+        socklen_t len = sizeof(ss);
+        char host[INET6_ADDRSTRLEN] = "?";
+        unsigned port = 0;
+        if (getsockname(fd, (struct sockaddr *)&ss, &len) == 0) {
+                if (ss.ss_family == AF_INET6) {
+                        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)&ss;
+                        inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+                        port = ntohs(in6->sin6_port);
+                } else {
+                        const struct sockaddr_in *in = (const struct sockaddr_in *)&ss;
+                        inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+                        port = ntohs(in->sin_port);
+                }
+        }
+        bool v6 = ss.ss_family == AF_INET6;
+        snprintf(srv->describe, sizeof(srv->describe), "http://%s%s%s:%u", v6 ? "[" : "", host,
+                 v6 ? "]" : "", port);
+}
+
+static int start_listeners(struct cage_http_server *srv, struct cage_error *err)
+{
+        const struct cage_config *cfg = srv->ctx.cfg;
+        int fd = -1, r;
+        if (cfg->listen_http) {
+                if ((r = open_tcp(cfg, &fd, err)) < 0)
+                        return r;
+                describe_tcp(srv, fd);
+                if ((r = start_daemon(srv, fd, err)) < 0)
+                        return r;
+        }
+        if (cfg->listen_unix) {
+                if ((r = open_unix(cfg->listen_unix, &fd, err)) < 0)
+                        return r;
+                srv->unix_path = strdup(cfg->listen_unix);
+                if (!srv->unix_path) {
+                        close(fd);
+                        unlink(cfg->listen_unix);
+                        return cage_fail(err, -ENOMEM, "listen.unix");
+                }
+                size_t n = strlen(srv->describe);
+                snprintf(srv->describe + n, sizeof(srv->describe) - n, "%sunix:%s",
+                         n ? " and " : "", cfg->listen_unix);
+                if ((r = start_daemon(srv, fd, err)) < 0)
+                        return r;
+        }
+        return 0;
+}
+
+static void server_freep(struct cage_http_server **p)
+{
+        cage_http_stop(*p);
+}
+
+int cage_http_start(const struct cage_config *cfg, struct cage_service *svc,
+                    struct cage_http_server **ret, struct cage_error *err)
+{
+        __attribute__((cleanup(server_freep))) struct cage_http_server *srv =
+                calloc(1, sizeof(*srv));
+        if (!srv)
+                return cage_fail(err, -ENOMEM, "http server");
+        srv->shutdown_pipe[0] = srv->shutdown_pipe[1] = -1;
+        srv->ctx.cfg = cfg;
+        srv->ctx.svc = svc;
+        if (pipe2(srv->shutdown_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
+                return cage_fail(err, -errno, "http server: pipe");
+        srv->ctx.shutdown_fd = srv->shutdown_pipe[0];
+        int r = cage_config_redactor(cfg, &srv->ctx.redactor, err);
+        if (r < 0)
+                return r;
+        if ((r = start_listeners(srv, err)) < 0)
+                return r;
+        *ret = TAKE_PTR(srv);
+        return 0;
+}
+
+const char *cage_http_describe(const struct cage_http_server *srv)
+{
+        return srv->describe;
+}
+
+/* Removes the socket file only while it is still a socket (the path could
+ * have been replaced since). */
+static void remove_socket(const char *path)
+{
+        struct stat st;
+        if (path && lstat(path, &st) == 0 && S_ISSOCK(st.st_mode))
+                unlink(path);
+}
+
+struct cage_http_server *cage_http_stop(struct cage_http_server *srv)
+{
+        if (!srv)
+                return NULL;
+        if (srv->shutdown_pipe[1] >= 0)
+                (void)!write(srv->shutdown_pipe[1], "x", 1);
+        for (size_t i = 0; i < srv->n_daemons; i++)
+                MHD_stop_daemon(srv->daemons[i]);
+        remove_socket(srv->unix_path);
+        free(srv->unix_path);
+        for (int i = 0; i < 2; i++)
+                if (srv->shutdown_pipe[i] >= 0)
+                        close(srv->shutdown_pipe[i]);
+        cage_redactor_unref(srv->ctx.redactor);
+        free(srv);
+        return NULL;
+}

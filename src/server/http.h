@@ -1,0 +1,171 @@
+/* The HTTP API of `codecage serve` (docs/API.md), on libmicrohttpd.
+ *
+ * The first part of this header is what `codecage serve` uses: start the
+ * server on the listeners of a loaded config, stop it. The second part is
+ * shared by the files of src/server only:
+ *   http.c          listeners, daemons, the request life cycle (body limits,
+ *                   auth, logging), the request-completed callback
+ *   routes.c        URI decoding, the route table, dispatch
+ *   reply.c         JSON, error and raw responses
+ *   api_sandbox.c   sandbox, exec and run handlers
+ *   api_files.c     workspace files and run artifacts handlers
+ *   sse.c           exec/run output as Server-Sent Events
+ *   openapi.json    embedded at build time (tools/embed-binary.sh)
+ * Nothing here is visible to the service layer: dependencies point down. */
+#ifndef CODECAGE_SERVER_HTTP_H
+#define CODECAGE_SERVER_HTTP_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "codecage/codecage.h"
+
+struct cage_config;
+struct cage_service;
+struct cage_http_server;
+
+/* Binds every listener of cfg (TCP listen.http, Unix socket listen.unix)
+ * and starts serving. cfg and svc must outlive the server. Call only after
+ * cage_service_open(): this starts threads. */
+int cage_http_start(const struct cage_config *cfg, struct cage_service *svc,
+                    struct cage_http_server **ret, struct cage_error *err);
+/* "http://127.0.0.1:8080 and unix:/path" (the bound addresses). */
+const char *cage_http_describe(const struct cage_http_server *srv);
+/* Cancels running execs, stops the listeners, waits for every connection,
+ * removes the Unix socket. Accepts NULL. */
+struct cage_http_server *cage_http_stop(struct cage_http_server *srv);
+
+/* ---- internal to src/server -------------------------------------------- */
+
+struct MHD_Connection;
+struct MHD_Response;
+struct cage_redactor;
+
+#define HTTP_NAME_MAX       63     /* [A-Za-z0-9][A-Za-z0-9_.-]{0,62} */
+#define HTTP_URI_MAX        8192   /* raw request target */
+#define HTTP_SEGMENTS_MAX   256    /* path segments of one request */
+#define HTTP_LOGS_TAIL_MAX  100000 /* ?tail= of /logs */
+#define HTTP_IDLE_TIMEOUT_S 60     /* idle connections are closed */
+
+/* What every request handler may reach; read-only after start. */
+struct http_context {
+        const struct cage_config *cfg;
+        struct cage_service *svc;
+        struct cage_redactor *redactor; /* secrets + tokens, for live output */
+        int shutdown_fd;                /* readable once the server is stopping */
+};
+
+/* One decoded request, as the route handlers see it. */
+struct http_call {
+        const struct http_context *ctx;
+        struct MHD_Connection *conn;
+        const char *tenant;
+        const char *method;
+        const char *name;   /* {name} of the route, validated */
+        const char *run_id; /* {run_id} of the route, validated */
+        const char *path;   /* {path...}: decoded segments joined by "/" */
+        const char *query;  /* raw query string ("" when none) */
+        const char *body;   /* NUL-terminated; body_len bytes */
+        size_t body_len;
+        json_t *json;               /* parsed body of JSON routes, else NULL */
+        bool wants_sse;             /* Accept: text/event-stream */
+        struct sse_stream **stream; /* where a streaming handler parks its stream */
+};
+
+/* What a handler answers: JSON (status + document), raw bytes, or a ready
+ * MHD response (SSE). Exactly one of json / raw / response is set. */
+struct http_reply {
+        unsigned status;
+        json_t *json;
+        void *raw; /* malloc'ed */
+        size_t raw_len;
+        const char *content_type;
+        struct MHD_Response *response;
+};
+
+/* Handlers return 0 with *reply filled, or -errno with err filled (the
+ * status then comes from cage_service_http_status()). */
+typedef int (*http_handler_fn)(struct http_call *call, struct http_reply *reply,
+                               struct cage_error *err);
+
+/* routes.c */
+enum http_route_flags {
+        ROUTE_PUBLIC = 1 << 0,    /* no token needed */
+        ROUTE_JSON_BODY = 1 << 1, /* Content-Type: application/json, body parsed */
+        ROUTE_RAW_BODY = 1 << 2,  /* body taken as it is (uploads) */
+};
+
+struct http_match {
+        http_handler_fn fn;
+        unsigned flags;
+        char *name, *run_id, *path; /* decoded parameters, malloc'ed */
+};
+
+/* Finds the route of method + raw path. 0 on a match; otherwise the HTTP
+ * status to answer (400 bad encoding or name, 404, 405 with *allow set to
+ * the methods the path accepts) with msg filled. */
+unsigned http_route_match(const char *method, const char *raw_path, struct http_match *ret,
+                          char allow[64], struct cage_error *msg);
+void http_match_clear(struct http_match *m);
+/* Percent-decodes s[0..len) into a new string; plus_is_space for query
+ * values. -EINVAL for a bad escape or a decoded NUL. */
+int http_decode(const char *s, size_t len, bool plus_is_space, char **ret);
+/* The decoded value of query parameter key: 1 found, 0 absent, -EINVAL. */
+int http_query_get(const char *query, const char *key, char **ret);
+bool http_name_is_valid(const char *s);
+
+/* reply.c */
+void http_reply_json(struct http_reply *reply, unsigned status, json_t *doc);
+const char *http_error_code(unsigned status);
+json_t *http_error_doc(unsigned status, const char *message);
+/* Builds the MHD response of a reply (taking what it owns); NULL on ENOMEM. */
+struct MHD_Response *http_reply_response(struct http_reply *reply);
+void http_reply_clear(struct http_reply *reply);
+/* Queues a JSON error; returns the MHD result of queueing it. */
+int http_queue_error(struct MHD_Connection *conn, unsigned status, const char *message,
+                     const char *allow, bool auth_challenge);
+int http_queue_reply(struct MHD_Connection *conn, struct http_reply *reply);
+
+/* api_sandbox.c / api_files.c: handlers named in the route table. */
+int api_healthz(struct http_call *c, struct http_reply *r, struct cage_error *err);
+int api_openapi(struct http_call *c, struct http_reply *r, struct cage_error *err);
+int api_sandbox_create(struct http_call *c, struct http_reply *r, struct cage_error *err);
+int api_sandbox_list(struct http_call *c, struct http_reply *r, struct cage_error *err);
+int api_sandbox_get(struct http_call *c, struct http_reply *r, struct cage_error *err);
+int api_sandbox_remove(struct http_call *c, struct http_reply *r, struct cage_error *err);
+int api_sandbox_stop(struct http_call *c, struct http_reply *r, struct cage_error *err);
+int api_sandbox_start(struct http_call *c, struct http_reply *r, struct cage_error *err);
+int api_sandbox_kill(struct http_call *c, struct http_reply *r, struct cage_error *err);
+int api_sandbox_logs(struct http_call *c, struct http_reply *r, struct cage_error *err);
+int api_exec(struct http_call *c, struct http_reply *r, struct cage_error *err);
+int api_run(struct http_call *c, struct http_reply *r, struct cage_error *err);
+int api_run_file(struct http_call *c, struct http_reply *r, struct cage_error *err);
+int api_file_list(struct http_call *c, struct http_reply *r, struct cage_error *err);
+int api_file_get(struct http_call *c, struct http_reply *r, struct cage_error *err);
+int api_file_put(struct http_call *c, struct http_reply *r, struct cage_error *err);
+int api_file_write(struct http_call *c, struct http_reply *r, struct cage_error *err);
+int api_file_delete(struct http_call *c, struct http_reply *r, struct cage_error *err);
+int api_file_mkdir(struct http_call *c, struct http_reply *r, struct cage_error *err);
+
+/* sse.c */
+struct sse_stream;
+enum sse_kind {
+        SSE_EXEC,
+        SSE_RUN,
+};
+/* Starts the service call on a worker thread and fills reply: a streaming
+ * response, or the plain JSON error when the call failed before producing
+ * anything. The stream is parked in *call->stream for sse_stream_finish(). */
+int sse_start(struct http_call *call, enum sse_kind kind, struct http_reply *reply,
+              struct cage_error *err);
+/* From the request-completed callback: cancels the call if it still runs,
+ * waits for the worker and drops the request's reference. Accepts NULL. */
+void sse_stream_finish(struct sse_stream *s);
+
+/* openapi.json, embedded by the build between these two symbols. */
+extern const char cage_openapi_json[];
+extern const char cage_openapi_json_end[];
+
+#endif

@@ -1,0 +1,428 @@
+/* Exec and run output as Server-Sent Events (Accept: text/event-stream).
+ *
+ *   event: stdout            (or stderr), as output arrives
+ *   data: {"data":"<text>"}
+ *
+ *   event: result            once, at the end: the result contract
+ *   data: {...}
+ *
+ * An error after the stream has started is one `event: error` with the
+ * API's error document; an error before any output (bad request, unknown
+ * sandbox) is the plain JSON error response with its HTTP status, since the
+ * handler waits up to SSE_FIRST_WAIT_MS for the first event before it
+ * commits to a 200. Comment lines (": keepalive") are sent every
+ * SSE_KEEPALIVE_MS of silence, which also keeps MHD's idle timeout away.
+ *
+ * A worker thread runs the service call. Its output callback redacts
+ * secret values (per chunk: a secret split across two writes of the
+ * program is not caught live; the final result is redacted whole), makes
+ * the bytes valid UTF-8 with control characters neutralised (the text
+ * sanitiser of core/output.c, which carries an incomplete UTF-8 sequence
+ * to the next chunk of the same stream), cuts it into events of at most
+ * SSE_SLICE_MAX input bytes and pushes them into a bounded byte queue
+ * (SSE_QUEUE_MAX). Slow client: the producer BLOCKS until the reader makes
+ * room -- nothing is dropped, the program stalls on its full pipe (its
+ * wall-clock timeout still runs), and a client that stops reading
+ * altogether is cut by MHD's idle timeout, which cancels the call.
+ *
+ * The MHD response pulls from the queue on the connection's thread. While
+ * the queue is empty it polls the client socket for a hang-up (POLLRDHUP:
+ * a client that half-closes its side counts as gone), a wake-up pipe the
+ * producer writes to, and the server's shutdown pipe. Client gone or
+ * server stopping -> the reader ends the stream with an error, and the
+ * request-completed callback (sse_stream_finish) writes to the call's
+ * cancel pipe (cage_service_io.cancel_fd), wakes a blocked producer, and
+ * joins the worker. The stream is reference counted: the request and the
+ * MHD response each hold one. */
+#include <errno.h>
+#include <fcntl.h>
+#include <microhttpd.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/output.h"
+#include "server/http.h"
+#include "services/redact.h"
+#include "services/service.h"
+#include "util/cleanup.h"
+#include "util/error.h"
+
+#define SSE_QUEUE_MAX     (256 * 1024) /* bytes of encoded events waiting */
+#define SSE_SLICE_MAX     (8 * 1024)   /* input bytes per output event */
+#define SSE_BLOCK_SIZE    (32 * 1024)
+#define SSE_KEEPALIVE_MS  15000
+#define SSE_FIRST_WAIT_MS 500
+
+static const char keepalive[] = ": keepalive\n\n";
+
+struct sse_stream {
+        int refs;
+        pthread_mutex_t lock;
+        pthread_cond_t cond;       /* room made, event pushed, done, closed */
+        pthread_mutex_t push_lock; /* one event at a time into the queue */
+        char *ring;
+        size_t head, len;
+        bool done, closed, produced;
+        int wake[2];   /* producer -> reader */
+        int cancel[2]; /* -> the service call */
+        int sock_fd, shutdown_fd;
+        pthread_t worker;
+        bool worker_started;
+
+        enum sse_kind kind;
+        struct cage_service *svc;
+        struct cage_redactor *redactor;
+        char *tenant, *name;
+        json_t *req;
+        struct text_sanitizer san[2];
+        int result;
+        struct cage_error err;
+};
+
+static uint64_t now_ms(void)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void close_pair(int p[2])
+{
+        for (int i = 0; i < 2; i++)
+                if (p[i] >= 0)
+                        close(p[i]);
+}
+
+static void stream_unref(struct sse_stream *s)
+{
+        if (!s || __atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) > 0)
+                return;
+        close_pair(s->wake);
+        close_pair(s->cancel);
+        pthread_mutex_destroy(&s->lock);
+        pthread_mutex_destroy(&s->push_lock);
+        pthread_cond_destroy(&s->cond);
+        cage_redactor_unref(s->redactor);
+        json_decref(s->req);
+        free(s->tenant);
+        free(s->name);
+        free(s->ring);
+        free(s);
+}
+
+/* ---- the queue ------------------------------------------------------------- */
+
+/* Appends len bytes, waiting for room; -EPIPE once the reader is gone. */
+static int push(struct sse_stream *s, const char *data, size_t len)
+{
+        pthread_mutex_lock(&s->push_lock);
+        pthread_mutex_lock(&s->lock);
+        while (len > 0 && !s->closed) {
+                size_t room = SSE_QUEUE_MAX - s->len;
+                if (room == 0) {
+                        pthread_cond_wait(&s->cond, &s->lock);
+                        continue;
+                }
+                size_t n = len < room ? len : room;
+                for (size_t i = 0; i < n; i++)
+                        s->ring[(s->head + s->len + i) % SSE_QUEUE_MAX] = data[i];
+                s->len += n;
+                data += n;
+                len -= n;
+                pthread_cond_broadcast(&s->cond);
+                pthread_mutex_unlock(&s->lock);
+                (void)!write(s->wake[1], "x", 1); /* a full pipe is awake already */
+                pthread_mutex_lock(&s->lock);
+        }
+        int r = s->closed ? -EPIPE : 0;
+        pthread_mutex_unlock(&s->lock);
+        pthread_mutex_unlock(&s->push_lock);
+        return r;
+}
+
+/* Takes up to max bytes; called with the lock held. */
+static size_t take(struct sse_stream *s, char *buf, size_t max)
+{
+        size_t n = s->len < max ? s->len : max;
+        for (size_t i = 0; i < n; i++)
+                buf[i] = s->ring[(s->head + i) % SSE_QUEUE_MAX];
+        s->head = (s->head + n) % SSE_QUEUE_MAX;
+        s->len -= n;
+        pthread_cond_broadcast(&s->cond);
+        return n;
+}
+
+static void mark_closed(struct sse_stream *s)
+{
+        pthread_mutex_lock(&s->lock);
+        s->closed = true;
+        pthread_cond_broadcast(&s->cond);
+        pthread_mutex_unlock(&s->lock);
+        (void)!write(s->cancel[1], "x", 1);
+}
+
+/* "event: NAME\ndata: JSON\n\n" (compact JSON has no newline). */
+static int push_event(struct sse_stream *s, const char *event, const json_t *doc)
+{
+        _cleanup_free_ char *text = json_dumps(doc, JSON_COMPACT);
+        _cleanup_free_ char *head = NULL;
+        if (!text || asprintf(&head, "event: %s\ndata: ", event) < 0)
+                return -ENOMEM;
+        int r = push(s, head, strlen(head));
+        if (r >= 0)
+                r = push(s, text, strlen(text));
+        if (r >= 0)
+                r = push(s, "\n\n", 2);
+        return r;
+}
+
+/* ---- the producer ---------------------------------------------------------- */
+
+static int push_text(struct sse_stream *s, int stream, const char *text, size_t len)
+{
+        if (len == 0)
+                return 0;
+        json_auto_t *doc = json_pack("{s:s%}", "data", text, len);
+        if (!doc)
+                return -ENOMEM;
+        int r = push_event(s, stream == 2 ? "stderr" : "stdout", doc);
+        if (r >= 0) {
+                pthread_mutex_lock(&s->lock);
+                s->produced = true;
+                pthread_mutex_unlock(&s->lock);
+        }
+        return r;
+}
+
+static int push_slices(struct sse_stream *s, int stream, const char *data, size_t len)
+{
+        char out[3 * (SSE_SLICE_MAX + 4)];
+        struct text_sanitizer *san = &s->san[stream == 2];
+        for (size_t off = 0; off < len; off += SSE_SLICE_MAX) {
+                size_t n = len - off < SSE_SLICE_MAX ? len - off : SSE_SLICE_MAX;
+                size_t w = text_sanitizer_feed(san, data + off, n, out, false);
+                int r = push_text(s, stream, out, w);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+/* cage_output_fn: non-zero cancels the call (the reader is gone). */
+static int on_output(void *ctx, int stream, const void *buf, size_t len)
+{
+        struct sse_stream *s = ctx;
+        _cleanup_free_ char *redacted = NULL;
+        size_t n = len;
+        if (s->redactor && cage_redact_needed(s->redactor, buf, len)) {
+                if (cage_redact(s->redactor, buf, len, &redacted, &n) < 0)
+                        return 1;
+                buf = redacted;
+        }
+        return push_slices(s, stream, buf, n) < 0 ? 1 : 0;
+}
+
+static void flush_sanitizers(struct sse_stream *s)
+{
+        char out[16];
+        for (int i = 0; i < 2; i++) {
+                size_t w = text_sanitizer_feed(&s->san[i], NULL, 0, out, true);
+                if (push_text(s, i + 1, out, w) < 0)
+                        return;
+        }
+}
+
+static void push_final(struct sse_stream *s, int r, json_t *result)
+{
+        if (r >= 0) {
+                push_event(s, "result", result);
+                return;
+        }
+        json_auto_t *doc = http_error_doc((unsigned)cage_service_http_status(r), s->err.message);
+        if (doc)
+                push_event(s, "error", doc);
+}
+
+static void *worker_main(void *arg)
+{
+        struct sse_stream *s = arg;
+        struct cage_service_io io = {
+                .on_output = on_output, .on_output_ctx = s, .cancel_fd = s->cancel[0]};
+        json_auto_t *result = NULL;
+        int r;
+        if (s->kind == SSE_EXEC)
+                r = cage_service_exec(s->svc, s->tenant, s->name, s->req, &io, &result, &s->err);
+        else
+                r = cage_service_run(s->svc, s->tenant, s->req, &io, &result, &s->err);
+        flush_sanitizers(s);
+        push_final(s, r, result);
+        pthread_mutex_lock(&s->lock);
+        s->result = r;
+        s->done = true;
+        pthread_cond_broadcast(&s->cond);
+        pthread_mutex_unlock(&s->lock);
+        (void)!write(s->wake[1], "x", 1);
+        return NULL;
+}
+
+/* ---- the consumer (MHD response) ---------------------------------------- */
+
+/* 1 woken, 0 keepalive due, -1 client gone or server stopping. */
+static int wait_event(struct sse_stream *s, int timeout_ms)
+{
+        struct pollfd p[3] = {
+                {.fd = s->sock_fd, .events = POLLRDHUP},
+                {.fd = s->wake[0], .events = POLLIN},
+                {.fd = s->shutdown_fd, .events = POLLIN},
+        };
+        int n = poll(p, 3, timeout_ms);
+        if (n < 0)
+                return errno == EINTR ? 1 : -1;
+        if (n == 0)
+                return 0;
+        if ((p[0].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) || p[2].revents)
+                return -1;
+        char drain[64];
+        while (read(s->wake[0], drain, sizeof(drain)) > 0)
+                ;
+        return 1;
+}
+
+static ssize_t reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+        struct sse_stream *s = cls;
+        uint64_t quiet_since = now_ms();
+        for (;;) {
+                pthread_mutex_lock(&s->lock);
+                if (s->len > 0) {
+                        size_t n = take(s, buf, max);
+                        pthread_mutex_unlock(&s->lock);
+                        return (ssize_t)n;
+                }
+                bool done = s->done;
+                pthread_mutex_unlock(&s->lock);
+                if (done)
+                        return MHD_CONTENT_READER_END_OF_STREAM;
+                uint64_t quiet = now_ms() - quiet_since;
+                int w = wait_event(s,
+                                   quiet >= SSE_KEEPALIVE_MS ? 0 : (int)(SSE_KEEPALIVE_MS - quiet));
+                if (w < 0) {
+                        mark_closed(s);
+                        return MHD_CONTENT_READER_END_WITH_ERROR;
+                }
+                if (w == 0 && max >= sizeof(keepalive) - 1) {
+                        memcpy(buf, keepalive, sizeof(keepalive) - 1);
+                        return (ssize_t)(sizeof(keepalive) - 1);
+                }
+        }
+}
+
+static void response_free(void *cls)
+{
+        stream_unref(cls);
+}
+
+/* ---- start / finish -------------------------------------------------------- */
+
+static int stream_new(struct http_call *call, enum sse_kind kind, struct sse_stream **ret)
+{
+        struct sse_stream *s = calloc(1, sizeof(*s));
+        if (!s)
+                return -ENOMEM;
+        s->refs = 1;
+        s->wake[0] = s->wake[1] = s->cancel[0] = s->cancel[1] = -1;
+        pthread_mutex_init(&s->lock, NULL);
+        pthread_mutex_init(&s->push_lock, NULL);
+        pthread_cond_init(&s->cond, NULL);
+        *ret = s; /* from here on, stream_unref() cleans up */
+        s->kind = kind;
+        s->svc = call->ctx->svc;
+        s->shutdown_fd = call->ctx->shutdown_fd;
+        s->redactor = call->ctx->redactor ? cage_redactor_ref(call->ctx->redactor) : NULL;
+        s->req = json_incref(call->json);
+        s->tenant = strdup(call->tenant);
+        s->name = call->name ? strdup(call->name) : NULL;
+        s->ring = malloc(SSE_QUEUE_MAX);
+        const union MHD_ConnectionInfo *ci =
+                MHD_get_connection_info(call->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        s->sock_fd = ci ? ci->connect_fd : -1;
+        if (!s->tenant || (call->name && !s->name) || !s->ring)
+                return -ENOMEM;
+        if (pipe2(s->wake, O_CLOEXEC | O_NONBLOCK) < 0 ||
+            pipe2(s->cancel, O_CLOEXEC | O_NONBLOCK) < 0)
+                return -errno;
+        return 0;
+}
+
+/* Waits until the worker produced something or finished, at most ms. */
+static void wait_first(struct sse_stream *s, int ms)
+{
+        struct timespec deadline;
+        clock_gettime(CLOCK_REALTIME, &deadline);
+        deadline.tv_sec += ms / 1000;
+        deadline.tv_nsec += (long)(ms % 1000) * 1000000;
+        if (deadline.tv_nsec >= 1000000000) {
+                deadline.tv_sec++;
+                deadline.tv_nsec -= 1000000000;
+        }
+        pthread_mutex_lock(&s->lock);
+        while (!s->done && !s->produced)
+                if (pthread_cond_timedwait(&s->cond, &s->lock, &deadline) != 0)
+                        break;
+        pthread_mutex_unlock(&s->lock);
+}
+
+static struct MHD_Response *stream_response(struct sse_stream *s)
+{
+        struct MHD_Response *resp = MHD_create_response_from_callback(
+                MHD_SIZE_UNKNOWN, SSE_BLOCK_SIZE, reader, s, response_free);
+        if (!resp)
+                return NULL;
+        __atomic_add_fetch(&s->refs, 1, __ATOMIC_ACQ_REL);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+        MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+        MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+        return resp;
+}
+
+int sse_start(struct http_call *call, enum sse_kind kind, struct http_reply *reply,
+              struct cage_error *err)
+{
+        struct sse_stream *s = NULL;
+        int r = stream_new(call, kind, &s);
+        *call->stream = s; /* sse_stream_finish() owns it from now on */
+        if (r < 0)
+                return cage_fail(err, r, "event stream");
+        if ((r = pthread_create(&s->worker, NULL, worker_main, s)) != 0)
+                return cage_fail(err, -r, "event stream: worker thread");
+        s->worker_started = true;
+        wait_first(s, SSE_FIRST_WAIT_MS);
+        pthread_mutex_lock(&s->lock);
+        bool failed_early = s->done && s->result < 0 && !s->produced;
+        pthread_mutex_unlock(&s->lock);
+        if (failed_early) {
+                *err = s->err;
+                return s->result;
+        }
+        reply->response = stream_response(s);
+        if (!reply->response)
+                return cage_fail(err, -ENOMEM, "event stream");
+        reply->status = 200;
+        return 0;
+}
+
+void sse_stream_finish(struct sse_stream *s)
+{
+        if (!s)
+                return;
+        mark_closed(s);
+        if (s->worker_started)
+                pthread_join(s->worker, NULL);
+        stream_unref(s);
+}
