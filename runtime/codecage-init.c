@@ -53,7 +53,7 @@ struct request {
                 char bytes[sizeof(struct box_exec_request) + BOX_EXEC_BLOB_MAX];
         } msg;
         size_t len;
-        int fds[BOX_FD_COUNT];
+        int fds[BOX_FD_MAX];
         size_t n_fds;
 };
 
@@ -79,7 +79,7 @@ static void close_request_fds(void)
  * message to ignore. */
 static int receive_request(void)
 {
-        char control[CMSG_SPACE(sizeof(int) * BOX_FD_COUNT)];
+        char control[CMSG_SPACE(sizeof(int) * BOX_FD_MAX)];
         struct iovec iov = {.iov_base = req.msg.bytes, .iov_len = sizeof(req.msg.bytes)};
         struct msghdr mh = {
                 .msg_iov = &iov,
@@ -98,7 +98,7 @@ static int receive_request(void)
                 if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
                         continue;
                 size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-                for (size_t i = 0; i < k && req.n_fds < BOX_FD_COUNT; i++)
+                for (size_t i = 0; i < k && req.n_fds < BOX_FD_MAX; i++)
                         memcpy(&req.fds[req.n_fds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
         }
         if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
@@ -197,8 +197,11 @@ static _Noreturn void exec_child(const char *cwd)
         sigprocmask(SIG_SETMASK, &none, NULL);
         int in = lift_fd(req.fds[BOX_FD_STDIN]), out = lift_fd(req.fds[BOX_FD_STDOUT]),
             err = lift_fd(req.fds[BOX_FD_STDERR]);
+        /* The channel goes to fd 3, where our control socket is: the exec
+         * must not have that anyway. Every received fd is above 3. */
+        bool channel = req.n_fds == BOX_FD_MAX;
         if (in < 0 || out < 0 || err < 0 || dup2(in, 0) < 0 || dup2(out, 1) < 0 ||
-            dup2(err, 2) < 0 || setsid() < 0) {
+            dup2(err, 2) < 0 || (channel && dup2(req.fds[BOX_FD_CHANNEL], 3) < 0) || setsid() < 0) {
                 send_status(status_fd, BOX_STATUS_SETUP_FAILED, errno);
                 _exit(127);
         }
@@ -217,7 +220,8 @@ static _Noreturn void exec_child(const char *cwd)
 
 static void start_exec(void)
 {
-        int status_fd = req.n_fds == BOX_FD_COUNT ? req.fds[BOX_FD_STATUS] : -1;
+        bool fds_ok = req.n_fds == BOX_FD_COUNT || req.n_fds == BOX_FD_MAX;
+        int status_fd = fds_ok ? req.fds[BOX_FD_STATUS] : -1;
         const char *cwd = status_fd >= 0 ? parse_exec_blob() : NULL;
         struct exec_slot *slot = cwd ? free_slot() : NULL;
         if (!slot) {

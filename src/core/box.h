@@ -54,6 +54,25 @@ int cage_box_exec(struct cage_box *box, const struct cage_exec *ex,
                   const struct cage_run_options *opts, struct cage_result *res,
                   struct cage_error *err);
 
+/* An exec that outlives the call: a session's interpreter. Its stdin is
+ * /dev/null; channel_fd (or -1) is handed to it as its fd 3; its output
+ * pipes are the caller's to read (non-blocking). It ends with
+ * cage_box_proc_free(), which kills its cgroup. ex->timeout_ms is not
+ * enforced (the caller decides when to signal or free it). */
+struct cage_box_proc;
+int cage_box_spawn(struct cage_box *box, const struct cage_exec *ex, int channel_fd,
+                   struct cage_box_proc **ret, struct cage_error *err);
+int cage_box_proc_stdout(const struct cage_box_proc *p);
+int cage_box_proc_stderr(const struct cage_box_proc *p);
+/* Readable when the process ended (then cage_box_proc_exited says so). */
+int cage_box_proc_status_fd(const struct cage_box_proc *p);
+bool cage_box_proc_exited(struct cage_box_proc *p, int *ret_wait_status);
+/* Signals its process group (e.g. SIGINT for a timeout). */
+void cage_box_proc_signal(struct cage_box_proc *p, int sig);
+/* CPU time and peak memory of its cgroup so far; oom_kills of the sandbox. */
+int cage_box_proc_usage(struct cage_box_proc *p, struct cage_box_usage *ret);
+struct cage_box_proc *cage_box_proc_free(struct cage_box_proc *p);
+
 /* Whether pid 1 is still there (it is gone after an OOM kill of it, or a
  * kill). */
 bool cage_box_alive(struct cage_box *box);

@@ -33,7 +33,8 @@ struct exec_state {
         const struct cage_run_options *opts;
         uint32_t id;
         int in_w, out_r, err_r, status_r, go_w; /* our ends */
-        int child[BOX_FD_COUNT];                /* the exec's ends, sent to init */
+        int child[BOX_FD_MAX];                  /* the exec's ends, sent to init */
+        int n_child;                            /* BOX_FD_COUNT, or BOX_FD_MAX with a channel */
         const char *in_data;
         size_t in_left;
         struct output_capture cap_out, cap_err;
@@ -134,17 +135,17 @@ static int make_pipes(struct exec_state *st, struct cage_error *err)
 
 static int send_request(struct exec_state *st, const char *msg, size_t len, struct cage_error *err)
 {
-        char control[CMSG_SPACE(sizeof(int) * BOX_FD_COUNT)] = {0};
+        char control[CMSG_SPACE(sizeof(int) * BOX_FD_MAX)] = {0};
         struct iovec iov = {.iov_base = (void *)msg, .iov_len = len};
         struct msghdr mh = {.msg_iov = &iov,
                             .msg_iovlen = 1,
                             .msg_control = control,
-                            .msg_controllen = sizeof(control)};
+                            .msg_controllen = CMSG_SPACE(sizeof(int) * st->n_child)};
         struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
         c->cmsg_level = SOL_SOCKET;
         c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(sizeof(int) * BOX_FD_COUNT);
-        memcpy(CMSG_DATA(c), st->child, sizeof(int) * BOX_FD_COUNT);
+        c->cmsg_len = CMSG_LEN(sizeof(int) * st->n_child);
+        memcpy(CMSG_DATA(c), st->child, sizeof(int) * st->n_child);
         ssize_t n;
         do
                 n = sendmsg(st->box->ctl_fd, &mh, MSG_NOSIGNAL);
@@ -179,7 +180,7 @@ static int submit(struct exec_state *st, struct cage_error *err)
         if (r == 0)
                 r = send_request(st, msg, len, err);
         pthread_mutex_unlock(&st->box->lock);
-        for (int i = 0; i < BOX_FD_COUNT; i++)
+        for (int i = 0; i < BOX_FD_MAX; i++)
                 close_fd(&st->child[i]);
         return r;
 }
@@ -517,7 +518,7 @@ static void cleanup(struct exec_state *st)
 {
         cage_cgroup_destroy(st->cg);
         st->cg = NULL;
-        for (int i = 0; i < BOX_FD_COUNT; i++)
+        for (int i = 0; i < BOX_FD_MAX; i++)
                 close_fd(&st->child[i]);
         close_fd(&st->in_w);
         close_fd(&st->out_r);
@@ -554,8 +555,9 @@ int cage_box_exec(struct cage_box *box, const struct cage_exec *ex,
                                 .err_r = -1,
                                 .status_r = -1,
                                 .go_w = -1};
-        for (int i = 0; i < BOX_FD_COUNT; i++)
+        for (int i = 0; i < BOX_FD_MAX; i++)
                 st.child[i] = -1;
+        st.n_child = BOX_FD_COUNT;
         memset(res, 0, sizeof(*res));
         int r = check_exec(ex, err);
         if (r < 0)
@@ -590,4 +592,111 @@ int cage_box_exec(struct cage_box *box, const struct cage_exec *ex,
         cleanup(&st);
         res->duration_ms = (now_ns() - t0) / 1000000ULL;
         return r < 0 ? cage_fail(err, r, "collecting output") : 0;
+}
+
+/* ---- execs that outlive the call (sessions) ---- */
+
+struct cage_box_proc {
+        struct exec_state st;
+};
+
+int cage_box_spawn(struct cage_box *box, const struct cage_exec *ex, int channel_fd,
+                   struct cage_box_proc **ret, struct cage_error *err)
+{
+        int r = check_exec(ex, err);
+        if (r < 0)
+                return r;
+        struct cage_box_proc *p = calloc(1, sizeof(*p));
+        if (!p)
+                return cage_fail(err, -ENOMEM, "exec");
+        struct exec_state *st = &p->st;
+        *st = (struct exec_state){.box = box,
+                                  .ex = NULL,
+                                  .in_w = -1,
+                                  .out_r = -1,
+                                  .err_r = -1,
+                                  .status_r = -1,
+                                  .go_w = -1};
+        for (int i = 0; i < BOX_FD_MAX; i++)
+                st->child[i] = -1;
+        st->n_child = BOX_FD_COUNT;
+        if (channel_fd >= 0) {
+                st->child[BOX_FD_CHANNEL] = fcntl(channel_fd, F_DUPFD_CLOEXEC, 3);
+                st->n_child = BOX_FD_MAX;
+                if (st->child[BOX_FD_CHANNEL] < 0)
+                        r = cage_fail(err, -errno, "dup channel");
+        }
+        st->ex = ex; /* only while spawning */
+        if (r == 0)
+                r = submit(st, err);
+        if (r == 0 && (r = place(st, err)) < 0)
+                signal_exec(st, SIGKILL);
+        st->ex = NULL;
+        close_fd(&st->in_w); /* stdin is /dev/null for spawned execs */
+        if (r < 0) {
+                cage_box_proc_free(p);
+                return r;
+        }
+        *ret = p;
+        return 0;
+}
+
+int cage_box_proc_stdout(const struct cage_box_proc *p)
+{
+        return p->st.out_r;
+}
+
+int cage_box_proc_stderr(const struct cage_box_proc *p)
+{
+        return p->st.err_r;
+}
+
+int cage_box_proc_status_fd(const struct cage_box_proc *p)
+{
+        return p->st.status_r;
+}
+
+bool cage_box_proc_exited(struct cage_box_proc *p, int *ret_wait_status)
+{
+        struct exec_state *st = &p->st;
+        struct pollfd pfd = {.fd = st->status_r, .events = POLLIN};
+        while (!st->exited && !st->box_died && st->status_r >= 0 && poll(&pfd, 1, 0) == 1) {
+                on_status(st);
+                pfd.fd = st->status_r;
+        }
+        if (ret_wait_status)
+                *ret_wait_status = st->wait_status;
+        return st->exited || st->box_died || st->status_r < 0;
+}
+
+void cage_box_proc_signal(struct cage_box_proc *p, int sig)
+{
+        signal_exec(&p->st, sig);
+}
+
+int cage_box_proc_usage(struct cage_box_proc *p, struct cage_box_usage *ret)
+{
+        struct cgroup_stats s = {0};
+        memset(ret, 0, sizeof(*ret));
+        if (!p->st.cg)
+                return 0;
+        int r = cage_cgroup_stats(p->st.cg, &s);
+        ret->cpu_ms = s.cpu_usage_ns / 1000000ULL;
+        ret->memory_bytes = s.peak_memory_bytes;
+        ret->oom_kills = oom_kills_now(p->st.box);
+        return r;
+}
+
+struct cage_box_proc *cage_box_proc_free(struct cage_box_proc *p)
+{
+        if (!p)
+                return NULL;
+        struct exec_state *st = &p->st;
+        if (st->cg)
+                (void)cage_cgroup_kill(st->cg);
+        else if (st->id)
+                signal_exec(st, SIGKILL);
+        cleanup(st);
+        free(p);
+        return NULL;
 }

@@ -6,6 +6,8 @@
  * EXEC carries five fds (SCM_RIGHTS, in enum box_exec_fd order); init starts
  * the exec as a child in its own session which waits for one byte on the
  * go pipe (the server moves it into its own cgroup first), then execs.
+ * A sixth fd, when present, becomes the program's fd 3 (a session's
+ * channel, docs/SESSION-PROTOCOL.md).
  * Everything about that exec comes back on its own status pipe as
  * struct box_status records: STARTED (its pid inside), then EXITED (wait
  * status) or EXEC_FAILED / SETUP_FAILED (errno) — so concurrent execs never
@@ -33,7 +35,9 @@ enum box_exec_fd {
         BOX_FD_STDERR,
         BOX_FD_STATUS,
         BOX_FD_GO,
-        BOX_FD_COUNT,
+        BOX_FD_COUNT,                  /* the fds every EXEC carries */
+        BOX_FD_CHANNEL = BOX_FD_COUNT, /* optional sixth: becomes the exec's fd 3 */
+        BOX_FD_MAX,
 };
 
 /* Followed in the same message by `blob_len` bytes: argc strings, then envc

@@ -965,6 +965,10 @@ static int parse_scalars(json_t *root, struct cage_config *cfg, struct cage_erro
         if (r < 0)
                 return r;
         cfg->idle_timeout_s = r ? (uint64_t)v : 0;
+        r = get_number(root, "", "pool_size", NUM_U64, 0, CAGE_CONFIG_POOL_MAX, &v, err);
+        if (r < 0)
+                return r;
+        cfg->pool_size = r ? (uint32_t)v : 2;
         return 0;
 }
 
@@ -996,10 +1000,19 @@ static int parse_paths(json_t *root, struct cage_config *cfg, struct cage_error 
 /* root may be NULL: the defaults. */
 static int config_from_json(json_t *root, struct cage_config **ret, struct cage_error *err)
 {
-        static const char *const keys[] = {"data_dir",       "listen",         "limits",
-                                           "defaults",       "env_allowlist",  "secrets",
-                                           "tenants",        "mounts_allowed", "retention_s",
-                                           "idle_timeout_s", "audit_log",      NULL};
+        static const char *const keys[] = {"data_dir",
+                                           "listen",
+                                           "limits",
+                                           "defaults",
+                                           "env_allowlist",
+                                           "secrets",
+                                           "tenants",
+                                           "mounts_allowed",
+                                           "retention_s",
+                                           "idle_timeout_s",
+                                           "audit_log",
+                                           "pool_size",
+                                           NULL};
         json_auto_t *empty = NULL;
         int r;
         if (!root) {

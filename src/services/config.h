@@ -35,6 +35,7 @@ struct cage_redactor;
 #define CAGE_CONFIG_ENV_ALLOW_MAX   256
 #define CAGE_CONFIG_ENV_NAME_MAX    128
 #define CAGE_CONFIG_MOUNTS_MAX      64
+#define CAGE_CONFIG_POOL_MAX        256
 
 /* The most a single request may ask for. */
 struct cage_config_limits {
@@ -101,6 +102,7 @@ struct cage_config {
 
         uint64_t retention_s;
         uint64_t idle_timeout_s; /* 0 = never */
+        uint32_t pool_size;      /* warm sandboxes kept for one-shot Python runs */
         char *audit_log;
 };
 

@@ -90,6 +90,7 @@ static struct sb *sb_new(struct cage_service *svc, const char *tenant, const cha
         snprintf(sb->name, sizeof(sb->name), "%s", name);
         snprintf(sb->id, sizeof(sb->id), "%s", id ? id : "");
         pthread_mutex_init(&sb->lock, NULL);
+        pthread_mutex_init(&sb->py_lock, NULL);
         pthread_cond_init(&sb->changed, NULL);
         return sb;
 }
@@ -101,6 +102,7 @@ static void sb_free(struct sb *sb)
         free(sb->workspace);
         log_ring_clear(&sb->logs);
         pthread_mutex_destroy(&sb->lock);
+        pthread_mutex_destroy(&sb->py_lock);
         pthread_cond_destroy(&sb->changed);
         free(sb);
 }
@@ -235,6 +237,7 @@ static void stop_locked(struct sb *sb, const char *how)
         cage_box_kill(sb->box);
         while (sb->active > 0)
                 pthread_cond_wait(&sb->changed, &sb->lock);
+        sb->session = cage_session_free(sb->session); /* no call uses it: active is 0 */
         sb->box = cage_box_destroy(sb->box);
         (void)cage_store_set_state(sb->svc->store, sb->id, CAGE_SANDBOX_STOPPED, NULL, NULL);
         svc_audit(sb->svc, CAGE_AUDIT_SANDBOX_STOP, sb->tenant, sb->name, svc_labels(sb),
@@ -656,6 +659,8 @@ static int open_parts(struct cage_service *svc, struct cage_error *err)
                 return r;
         if ((r = load_sandboxes(svc, err)) < 0)
                 return r;
+        if ((r = cage_pool_open(cfg, cfg->pool_size, &svc->pool, err)) < 0)
+                return r;
         r = -pthread_create(&svc->reaper, NULL, reaper_main, svc);
         svc->reaper_running = r == 0;
         return r < 0 ? cage_fail(err, r, "starting the idle reaper") : 0;
@@ -752,6 +757,7 @@ struct cage_service *cage_service_close(struct cage_service *svc)
                 pthread_mutex_unlock(&sb->lock);
                 sb_free(sb);
         }
+        svc->pool = cage_pool_close(svc->pool);
         svc->audit = cage_audit_close(svc->audit);
         svc->redactor = cage_redactor_unref(svc->redactor);
         svc->store = cage_store_close(svc->store);

@@ -119,6 +119,47 @@ int cage_service_file_mkdir(struct cage_service *svc, const char *tenant, const 
 int cage_service_file_delete(struct cage_service *svc, const char *tenant, const char *name,
                              const char *path, bool recursive, struct cage_error *err);
 
+/* Host functions (llm_query, tools.*, ...) that Python code may call, served
+ * by the front end (MCP sampling, an HTTP client's callback). fn fills
+ * *value (new reference) or *error (malloc'ed); NULL fn: none available. */
+struct cage_service_host {
+        int (*fn)(void *ctx, const char *name, json_t *args, json_t *kwargs, json_t **value,
+                  char **error);
+        void *ctx;
+        json_t *functions; /* names of extra host functions, or NULL */
+};
+
+/* Python. With a sandbox name: its persistent session (started on first
+ * use; a stopped sandbox is started again, "restarted": true, with an empty
+ * namespace). Without: a one-shot run in a fresh sandbox — from the warm
+ * pool when the request asks for the default policy. req: {code,
+ * timeout_s?, host_budget?} plus, one-shot only, the spec fields and
+ * `files`. ret: the result contract with return_value, return_repr, error,
+ * state_lost, artifacts (and run_id for one-shot runs). */
+int cage_service_python_run(struct cage_service *svc, const char *tenant, const char *name,
+                            const json_t *req, const struct cage_service_io *io,
+                            const struct cage_service_host *host, json_t **ret,
+                            struct cage_error *err);
+/* Variables of a named sandbox's session. set: any JSON value. set_text:
+ * a large text (e.g. "context") that never passes through JSON. load_file:
+ * a file of the workspace read into a variable inside the sandbox. get:
+ * {name, type, value, repr}. list: {"variables": [{name, type, size}]}. */
+int cage_service_python_set(struct cage_service *svc, const char *tenant, const char *name,
+                            const char *var, const json_t *value, struct cage_error *err);
+int cage_service_python_set_text(struct cage_service *svc, const char *tenant, const char *name,
+                                 const char *var, const char *text, size_t len,
+                                 struct cage_error *err);
+int cage_service_python_load_file(struct cage_service *svc, const char *tenant, const char *name,
+                                  const char *var, const char *path, struct cage_error *err);
+int cage_service_python_get(struct cage_service *svc, const char *tenant, const char *name,
+                            const char *var, json_t **ret, struct cage_error *err);
+int cage_service_python_list(struct cage_service *svc, const char *tenant, const char *name,
+                             json_t **ret, struct cage_error *err);
+int cage_service_python_reset(struct cage_service *svc, const char *tenant, const char *name,
+                              struct cage_error *err);
+/* The warm pool's statistics: {size, ready, hits, misses, cold, ...}. */
+json_t *cage_service_pool_stats(struct cage_service *svc);
+
 /* Artifacts of a finished one-shot run (its output/ folder), until the
  * retention period ends. path is relative to output/. */
 int cage_service_run_file_read(struct cage_service *svc, const char *tenant, const char *run_id,

@@ -254,9 +254,8 @@ static void run_exec(struct cage_service *svc, struct cage_box *box, const struc
 
 static const char *const exec_keys[] = {"argv", "script", "env", "cwd", "stdin", "timeout_s", NULL};
 
-/* Marks the exec as running on sb (starting the sandbox if needed). */
-static int enter(struct sb *sb, bool *restarted, struct cage_box **box, int *ws_fd,
-                 struct cage_error *err)
+int svc_enter(struct sb *sb, bool *restarted, struct cage_box **box, int *ws_fd,
+              struct cage_error *err)
 {
         pthread_mutex_lock(&sb->lock);
         int r = sb->removed ? cage_fail(err, -ENOENT, "no sandbox named \"%s\"", sb->name)
@@ -272,12 +271,12 @@ static int enter(struct sb *sb, bool *restarted, struct cage_box **box, int *ws_
         return r;
 }
 
-static void leave(struct sb *sb, const struct cage_result *res, bool ran)
+void svc_leave(struct sb *sb, const struct cage_result *res)
 {
         pthread_mutex_lock(&sb->lock);
         sb->active--;
         sb->last_used_ms = svc_now_ms();
-        if (ran) {
+        if (res) {
                 log_ring_append(&sb->logs, res->out.data ? res->out.data : "", res->out.len);
                 log_ring_end_block(&sb->logs);
                 log_ring_append(&sb->logs, res->err.data ? res->err.data : "", res->err.len);
@@ -306,7 +305,7 @@ int cage_service_exec(struct cage_service *svc, const char *tenant, const char *
         uint64_t dflt = sb->spec ? sb->spec->timeout_s_ms : 30000;
         r = parse_exec(svc, req, dflt, exec_keys, &q, err);
         if (r == 0)
-                r = enter(sb, &restarted, &box, &ws, err);
+                r = svc_enter(sb, &restarted, &box, &ws, err);
         if (r < 0) {
                 exec_req_free(&q);
                 svc_unref(sb);
@@ -324,7 +323,7 @@ int cage_service_exec(struct cage_service *svc, const char *tenant, const char *
                 svc_audit(svc, CAGE_AUDIT_EXEC_END, tenant, name, svc_labels(sb),
                           audit_fields(&res, q.argv[0]));
         }
-        leave(sb, &res, r == 0);
+        svc_leave(sb, r == 0 ? &res : NULL);
         cage_result_free(&res);
         json_decref(artifacts);
         cage_artifact_snapshot_free(before);
@@ -362,7 +361,7 @@ static int run_argv(const json_t *in, struct exec_req *q, struct cage_error *err
 }
 
 /* Writes the request's files ({path, content, encoding}) into the workspace. */
-static int put_files(const json_t *in, int ws, struct cage_error *err)
+int svc_put_files(const json_t *in, int ws, struct cage_error *err)
 {
         const json_t *files = json_object_get(in, "files");
         if (!files || json_is_null(files))
@@ -408,8 +407,20 @@ static int put_files(const json_t *in, int ws, struct cage_error *err)
         return 0;
 }
 
+/* The scratch tmpfs of a one-shot sandbox belongs to its user namespace,
+ * where host root is unmapped: write as the sandbox's host uid. */
+int svc_put_run_files(struct cage_box *box, const json_t *req, int ws, struct cage_error *err)
+{
+        int old_gid = setfsgid(cage_box_host_gid(box));
+        int old_uid = setfsuid(cage_box_host_uid(box));
+        int r = svc_put_files(req, ws, err);
+        setfsuid((uid_t)old_uid);
+        setfsgid((gid_t)old_gid);
+        return r;
+}
+
 /* The one-shot sandbox's /workspace, through its pid 1's root. */
-static int open_run_workspace(struct cage_box *box, struct cage_error *err)
+int svc_open_run_workspace(struct cage_box *box, struct cage_error *err)
 {
         char path[64];
         snprintf(path, sizeof(path), "/proc/%d/root", (int)cage_box_init_pid(box));
@@ -423,7 +434,7 @@ static int open_run_workspace(struct cage_box *box, struct cage_error *err)
 }
 
 /* Copies output/ to <runs>/<run_id>/output for the retention period. */
-static void keep_output(struct cage_service *svc, int ws, const char *run_id)
+void svc_keep_output(struct cage_service *svc, int ws, const char *run_id)
 {
         _cleanup_free_ char *dir = NULL;
         if (asprintf(&dir, "%s/%s", svc->runs_base, run_id) < 0 || mkdir(dir, 0700) < 0)
@@ -470,16 +481,9 @@ static int run_prepare(struct cage_service *svc, const json_t *req, struct run_c
         if ((r = svc_spec_to_cage(c->spec, svc->cfg, NULL, &spec, &env, err)) < 0 ||
             (r = cage_box_start(&spec, &c->box, err)) < 0)
                 return r;
-        if ((c->ws = open_run_workspace(c->box, err)) < 0)
+        if ((c->ws = svc_open_run_workspace(c->box, err)) < 0)
                 return c->ws;
-        /* The scratch tmpfs belongs to the sandbox's user namespace, where
-         * host root is unmapped: write as the sandbox's host uid. */
-        int old_gid = setfsgid(cage_box_host_gid(c->box));
-        int old_uid = setfsuid(cage_box_host_uid(c->box));
-        r = put_files(req, c->ws, err);
-        setfsuid((uid_t)old_uid);
-        setfsgid((gid_t)old_gid);
-        if (r < 0)
+        if ((r = svc_put_run_files(c->box, req, c->ws, err)) < 0)
                 return r;
         (void)cage_artifacts_snapshot(c->ws, &c->before, NULL);
         return 0;
@@ -501,7 +505,7 @@ int cage_service_run(struct cage_service *svc, const char *tenant, const json_t 
                 if (cage_artifacts_collect(c.ws, c.before, &artifacts, NULL) < 0)
                         artifacts = json_array();
                 if (json_array_size(artifacts))
-                        keep_output(svc, c.ws, c.run_id);
+                        svc_keep_output(svc, c.ws, c.run_id);
                 *ret = svc_result_json(svc, &res, artifacts);
                 json_object_set_new(*ret, "run_id", json_string(c.run_id));
                 json_t *fields = audit_fields(&res, c.q.argv[0]);

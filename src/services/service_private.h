@@ -19,7 +19,9 @@
 #include "services/config.h"
 #include "services/logring.h"
 #include "services/redact.h"
+#include "services/pool.h"
 #include "services/sandbox_spec.h"
+#include "services/session.h"
 #include "services/service.h"
 #include "services/store.h"
 #include "services/workspace.h"
@@ -39,7 +41,9 @@ struct sb {
         struct cage_box *box;  /* NULL while stopped */
         unsigned active;       /* execs running now */
         int64_t created_ms, last_used_ms;
-        char *workspace; /* the mounted workspace directory, or NULL */
+        char *workspace;              /* the mounted workspace directory, or NULL */
+        pthread_mutex_t py_lock;      /* one Python call at a time */
+        struct cage_session *session; /* under py_lock; freed by stop (active == 0) */
         struct log_ring logs;
         struct sb *next;
 };
@@ -54,6 +58,7 @@ struct cage_service {
         char *ws_base;   /* <data_dir>/workspaces */
         char *runs_base; /* <data_dir>/runs */
         enum cage_workspace_backend ws_backend;
+        struct cage_pool *pool;
         pthread_mutex_t lock;
         struct sb *list;
         pthread_t reaper;
@@ -73,6 +78,12 @@ void svc_unref(struct sb *sb);
 /* With sb->lock held: makes sure the box runs (starting it if stopped or
  * dead; *restarted says so). */
 int svc_ensure_running(struct sb *sb, bool *restarted, struct cage_error *err);
+/* Marks a call as running on sb (starting the sandbox if needed): the box,
+ * an fd of the workspace; leave() ends it. */
+int svc_enter(struct sb *sb, bool *restarted, struct cage_box **box, int *ws_fd,
+              struct cage_error *err);
+void svc_leave(struct sb *sb, const struct cage_result *logged);
+
 /* With sb->lock held: mounts the workspace if needed; an O_PATH fd of it. */
 int svc_workspace_fd(struct sb *sb, struct cage_error *err);
 
@@ -83,7 +94,13 @@ void svc_audit(struct cage_service *svc, enum cage_audit_event ev, const char *t
 /* The result contract as JSON, with secrets redacted from the text. */
 json_t *svc_result_json(struct cage_service *svc, struct cage_result *res, json_t *artifacts);
 
-/* Run artifacts kept after one-shot runs (service_exec.c). */
+/* One-shot runs (service_exec.c): the request's `files`, written as the
+ * sandbox's user; the scratch /workspace of a one-shot sandbox; keeping
+ * output/ for the retention period; removing expired runs. */
+int svc_put_files(const json_t *req, int ws, struct cage_error *err);
+int svc_put_run_files(struct cage_box *box, const json_t *req, int ws, struct cage_error *err);
+int svc_open_run_workspace(struct cage_box *box, struct cage_error *err);
+void svc_keep_output(struct cage_service *svc, int ws, const char *run_id);
 void svc_expire_runs(struct cage_service *svc);
 
 #endif

@@ -1,0 +1,675 @@
+"""codecage's Python session driver: one persistent Python namespace in a sandbox.
+
+This is the only code of codecage that runs inside the sandbox as the user.
+The server starts it as `python3 -I -c <this text>` with fd 3 as the session
+channel and speaks docs/SESSION-PROTOCOL.md over it: the driver runs code in
+one namespace, moves variables in and out of it, and relays the code's host
+calls (llm_query, tools, ...) to the server.
+
+It trusts nothing from the user code. The code may define any name, replace or
+close sys.stdout, start threads and processes, raise anything, return objects
+whose __repr__ or __len__ misbehave: the driver keeps its own state out of the
+namespace, never lets the channel reach child processes, catches what the code
+throws at it and bounds everything it sends. It is not a security boundary
+(the sandbox is); it only keeps honest mistakes from breaking the session.
+"""
+import ast
+import builtins
+import json
+import keyword
+import linecache
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+import traceback
+import types
+
+CHANNEL_FD = 3
+HEADER = struct.Struct(">II")  # json_len, blob_len
+JSON_MAX = 16 << 20  # a frame's JSON, both ways
+BLOB_MAX = 1 << 30  # a frame's blob
+VALUE_MAX = 8 << 20  # the JSON of a `get` value; of a `variables` list
+RETURN_MAX = 1 << 20  # the most a run's `return_max` may ask for
+TEXT_MAX = 65536  # `get` reprs, error messages, tracebacks
+NAME_MAX = 256  # type names
+CO_COROUTINE = 0x80  # inspect.CO_COROUTINE, without importing inspect
+COMPILE_FLAGS = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+ENCODE = json.JSONEncoder(allow_nan=False, separators=(",", ":")).encode
+DECODE = json.JSONDecoder().decode
+DRIVER_GLOBALS = globals()
+MAIN_THREAD = threading.main_thread()
+STREAMS = (sys.stdout, sys.stderr)  # the real ones, whatever the code does to sys
+
+
+class BadRequest(Exception):
+    """A request with a missing or mistyped field."""
+
+
+class HostCallError(Exception):
+    """The host answered a host call with an error."""
+
+
+class HostCallBudgetExceeded(RuntimeError):
+    """The code made more host calls than its run allows."""
+
+
+# ---- process ----
+
+
+def flush_streams():
+    """Flushes sys.stdout/sys.stderr, whatever the code made of them, and the real ones."""
+    for stream in (getattr(sys, "stdout", None), getattr(sys, "stderr", None), *STREAMS):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+
+
+def exit_driver(code):
+    flush_streams()
+    os._exit(code)
+
+
+def protocol_error(reason):
+    """The server broke the protocol: say why on stderr and end the session."""
+    os.write(2, f"codecage session driver: protocol error: {reason}\n".encode())
+    exit_driver(2)
+
+
+# ---- the channel ----
+
+
+class Channel:
+    """The framed channel to the server (docs/SESSION-PROTOCOL.md, "Frames")."""
+
+    def __init__(self, fd):
+        os.set_inheritable(fd, False)
+        self.sock = socket.socket(fileno=fd)
+        self.poller = select.poll()
+        self.poller.register(fd, select.POLLIN)
+
+    def send(self, text):
+        """Sends one frame whose JSON is text (ASCII: ENCODE escapes the rest)."""
+        data = text.encode()
+        try:
+            self.sock.sendall(HEADER.pack(len(data), 0) + data)
+        except OSError:
+            exit_driver(0)  # the server has gone
+
+    def wait(self):
+        """Blocks until something is readable."""
+        self.poller.poll()
+
+    def recv(self):
+        """Reads the next frame up to its blob: (message, blob_len). The caller
+        reads or skips the blob."""
+        json_len, blob_len = HEADER.unpack(self.read(HEADER.size, at_boundary=True))
+        if not 1 <= json_len <= JSON_MAX or blob_len > BLOB_MAX:
+            protocol_error(f"frame out of bounds (json_len {json_len}, blob_len {blob_len})")
+        try:
+            msg = DECODE(self.read(json_len).decode())
+        except (ValueError, RecursionError):
+            protocol_error("a frame's JSON does not parse")
+        if not isinstance(msg, dict) or not isinstance(msg.get("op"), str):
+            protocol_error("a frame's JSON is not an object with an op")
+        return msg, blob_len
+
+    def read(self, size, at_boundary=False):
+        """Reads exactly size bytes into one preallocated buffer. EOF ends the
+        driver: quietly between frames, as a protocol error inside one."""
+        buf = bytearray(size)
+        got = 0
+        with memoryview(buf) as view:
+            while got < size:
+                try:
+                    n = self.sock.recv_into(view[got:])
+                except OSError:
+                    n = 0
+                if n == 0:
+                    if at_boundary and got == 0:
+                        exit_driver(0)
+                    protocol_error("the channel closed inside a frame")
+                got += n
+        return buf
+
+    def skip(self, size):
+        """Reads and drops a blob the op does not take."""
+        while size:
+            size -= len(self.read(min(size, 1 << 20)))
+
+
+# ---- values ----
+
+
+def with_raw(frame, key, raw):
+    """ENCODE(frame) with key set to raw, text that is JSON already."""
+    return f'{ENCODE(frame)[:-1]},"{key}":{raw}}}'
+
+
+def type_name(value):
+    return type(value).__name__[:NAME_MAX]
+
+
+def to_json(value, limit):
+    """value's JSON if it has one no longer than limit, else None."""
+    if type(value) is str and len(value) > limit:
+        return None  # its JSON is longer still: do not build it
+    try:
+        text = ENCODE(value)
+    except Exception:
+        return None
+    return text if len(text) <= limit else None
+
+
+def cut_utf8(text, limit):
+    """text cut to at most limit bytes of UTF-8, on a character boundary."""
+    if len(text) <= limit // 4:
+        return text
+    data = text.encode("utf-8", "surrogatepass")
+    return text if len(data) <= limit else data[:limit].decode("utf-8", "ignore")
+
+
+def capped_repr(value, limit):
+    """repr(value) cut to limit bytes of UTF-8; huge strings are not copied whole."""
+    if type(value) in (str, bytes, bytearray) and len(value) > limit:
+        value = value[:limit]
+    try:
+        text = repr(value)
+    except Exception as exc:
+        text = f"<repr() failed: {type_name(exc)}>"
+    return cut_utf8(text[:limit], limit)
+
+
+def describe(value, limit):
+    """A run's (return_value JSON, return_repr): the JSON if value has one within
+    limit, else null and the repr cut to limit."""
+    text = to_json(value, limit)
+    if text is not None:
+        return text, None
+    return "null", capped_repr(value, limit)
+
+
+def size_of(value):
+    """len(value) where it works, else sys.getsizeof(value)."""
+    try:
+        return len(value)
+    except Exception:
+        pass
+    try:
+        return sys.getsizeof(value)
+    except Exception:
+        return 0
+
+
+# ---- errors ----
+
+
+def user_traceback(tb, from_cell):
+    """tb without the driver's frames. from_cell also drops every frame above
+    the first one of a cell (the driver's, asyncio's that ran the cell)."""
+    kept = []
+    while tb is not None:
+        frame = tb.tb_frame
+        above = from_cell and not kept and not frame.f_code.co_filename.startswith("<cell-")
+        if not above and frame.f_globals is not DRIVER_GLOBALS:
+            kept.append(tb)
+        tb = tb.tb_next
+    result = None
+    for old in reversed(kept):
+        result = types.TracebackType(result, old.tb_frame, old.tb_lasti, old.tb_lineno)
+    return result
+
+
+def format_error(exc):
+    """The traceback text of exc and the exceptions chained to it, user frames only."""
+    seen = set()
+    chained = exc
+    while chained is not None and id(chained) not in seen:
+        seen.add(id(chained))
+        chained.__traceback__ = user_traceback(chained.__traceback__, chained is exc)
+        chained = chained.__cause__ or chained.__context__
+    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+
+
+def error_info(exc):
+    """The `error` object of a `done` for exc."""
+    try:
+        message = str(exc)
+    except Exception:
+        message = "<str() of the exception failed>"
+    try:
+        text = format_error(exc)
+    except Exception:
+        text = f"{type_name(exc)}: {message}\n"
+    return {"type": type_name(exc), "message": message[:TEXT_MAX], "traceback": text[-TEXT_MAX:]}
+
+
+def done_frame(value_json, value_repr, error, duration_ms, host_calls):
+    frame = {
+        "op": "done",
+        "status": "ok" if error is None else "error",
+        "return_repr": value_repr,
+        "error": error,
+        "duration_ms": round(duration_ms, 3),
+        "host_calls": host_calls,
+    }
+    return with_raw(frame, "return_value", value_json)
+
+
+def error_frame(exc_type, message):
+    return ENCODE({"op": "error", "type": exc_type, "message": message[:TEXT_MAX]})
+
+
+# ---- requests ----
+
+REQUIRED = object()
+
+
+def field(msg, key, kind, default=REQUIRED):
+    value = msg.get(key, default)
+    if value is REQUIRED:
+        raise BadRequest(f"{msg['op']}: missing field {key!r}")
+    if value is default:
+        return value
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise BadRequest(f"{msg['op']}: field {key!r} must be a {kind.__name__}")
+    return value
+
+
+def count(msg, key, default):
+    value = field(msg, key, int, default)
+    if value < 0:
+        raise BadRequest(f"{msg['op']}: field {key!r} must not be negative")
+    return value
+
+
+def identifier(name):
+    if not name.isidentifier() or keyword.iskeyword(name):
+        raise BadRequest(f"{name[:NAME_MAX]!r} is not a Python identifier")
+    return name
+
+
+def compile_cell(source, filename):
+    """(body, last): code for the statements and, when the cell ends with an
+    expression, code for its value (else None). Parses once."""
+    tree = compile(source, filename, "exec", ast.PyCF_ONLY_AST | COMPILE_FLAGS)
+    last = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = compile(ast.Expression(tree.body.pop().value), filename, "eval", COMPILE_FLAGS)
+    body = compile(tree, filename, "exec", COMPILE_FLAGS) if tree.body else None
+    return body, last
+
+
+def awaits(code):
+    return code is not None and code.co_flags & CO_COROUTINE
+
+
+async def run_async(body, last, ns):
+    """Runs a cell that awaits: both parts in one event loop."""
+    if body is not None:
+        pending = eval(body, ns)
+        if awaits(body):
+            await pending
+    if last is None:
+        return None
+    value = eval(last, ns)
+    return await value if awaits(last) else value
+
+
+def execute(body, last, ns):
+    """Runs a compiled cell; returns the value of its last expression."""
+    if awaits(body) or awaits(last):
+        import asyncio
+
+        return asyncio.run(run_async(body, last, ns))
+    if body is not None:
+        exec(body, ns)
+    return None if last is None else eval(last, ns)
+
+
+# ---- host objects ----
+
+
+class Tools:
+    """The host's tools: tools.<name>(**kwargs) calls one, tools.list() names them."""
+
+    __slots__ = ("_call",)
+
+    def __init__(self, call):
+        self._call = call
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        call, fn = self._call, "tools." + name
+
+        def tool(**kwargs):
+            return call(fn, [], kwargs)
+
+        tool.__name__ = tool.__qualname__ = name
+        return tool
+
+    def __repr__(self):
+        return "<host tools: tools.list() names them>"
+
+
+def host_function(call, fn):
+    """A callable that makes host call fn with its arguments."""
+
+    def function(*args, **kwargs):
+        return call(fn, list(args), kwargs)
+
+    function.__name__ = function.__qualname__ = fn
+    function.__doc__ = f"Calls the host function {fn!r}."
+    return function
+
+
+def host_objects(call):
+    """What the namespace starts with besides __name__ and __builtins__."""
+
+    def llm_query(prompt, **kwargs):
+        """Asks the host's language model; returns its answer."""
+        return call("llm_query", [prompt], kwargs)
+
+    def llm_query_batched(prompts, **kwargs):
+        """Asks the host's language model each prompt; returns the answers in order."""
+        return call("llm_query_batched", [list(prompts)], kwargs)
+
+    llm_query.__qualname__ = "llm_query"
+    llm_query_batched.__qualname__ = "llm_query_batched"
+    return {
+        "llm_query": llm_query,
+        "llm_query_batched": llm_query_batched,
+        "tools": Tools(call),
+        "HostCallError": HostCallError,
+        "HostCallBudgetExceeded": HostCallBudgetExceeded,
+    }
+
+
+# ---- the session ----
+
+
+class Session:
+    """The namespace, its runs, and the host calls the code makes.
+
+    SIGINT raises KeyboardInterrupt only while the main thread runs user code
+    (`interruptible`); anywhere else (idle, reading or writing a frame) it is
+    only noted (`pending`), and raised when a host call returns to the code.
+    """
+
+    def __init__(self, channel):
+        self.channel = channel
+        self.lock = threading.Lock()  # the channel while a run goes on; running, calls
+        self.running = False
+        self.budget = self.calls = self.runs = 0
+        self.next_id = 1
+        self.abandoned = set()  # ids of host calls a KeyboardInterrupt gave up on
+        self.interruptible = self.pending = False
+        self.sigint = self.on_sigint  # one bound method, to recognise it later
+        self.module = types.ModuleType("__main__")
+        self.ns = self.module.__dict__
+        self.host = host_objects(self.host_call)
+        self.handlers = {
+            "run": self.run,
+            "set": self.set,
+            "load_file": self.load_file,
+            "get": self.get,
+            "list": self.variables,
+            "reset": self.reset,
+            "host_reply": self.stray_reply,
+            "ping": lambda msg: '{"op":"pong"}',
+        }
+
+    def serve(self):
+        signal.signal(signal.SIGINT, self.sigint)
+        self.reset(None)
+        version = "%d.%d.%d" % sys.version_info[:3]
+        self.channel.send(ENCODE({"op": "ready", "python": version, "pid": os.getpid()}))
+        while True:
+            msg, blob_len = self.channel.recv()
+            reply = self.dispatch(msg, blob_len)
+            if reply is not None:
+                self.channel.send(reply)
+
+    def dispatch(self, msg, blob_len):
+        op = msg["op"]
+        try:
+            if op == "set_text":
+                return self.set_text(msg, blob_len)
+            self.channel.skip(blob_len)
+            handler = self.handlers.get(op)
+            if handler is None:
+                raise BadRequest(f"unknown op {op[:NAME_MAX]!r}")
+            return handler(msg)
+        except BadRequest as exc:
+            if op == "run":
+                error = {"type": "BadRequest", "message": str(exc), "traceback": ""}
+                return done_frame("null", None, error, 0.0, 0)
+            return error_frame("BadRequest", str(exc))
+
+    # -- signals --
+
+    def on_sigint(self, signum, frame):
+        if self.interruptible:
+            raise KeyboardInterrupt
+        self.pending = True
+
+    def resume_user(self):
+        """The main thread goes back to user code: a SIGINT noted meanwhile is raised now."""
+        self.interruptible = True
+        if self.pending:
+            self.pending = False
+            raise KeyboardInterrupt
+
+    # -- run --
+
+    def run(self, msg):
+        code = field(msg, "code", str)
+        return_max = min(count(msg, "return_max", 65536), RETURN_MAX)
+        budget = count(msg, "host_budget", 100)
+        self.runs += 1
+        filename = f"<cell-{count(msg, 'cell', self.runs)}>"
+        for name in field(msg, "functions", list, ()):
+            self.register(name)
+        linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+        with self.lock:
+            self.running, self.calls, self.budget = True, 0, budget
+        start = time.perf_counter()
+        try:
+            body, last = compile_cell(code, filename)
+            self.pending, self.interruptible = False, True
+            value = execute(body, last, self.ns)
+            value_json, value_repr = describe(value, return_max)
+            self.interruptible = False
+            error = None
+        except BaseException as exc:
+            self.interruptible = False
+            value_json, value_repr, error = "null", None, error_info(exc)
+        duration_ms = (time.perf_counter() - start) * 1000
+        with self.lock:  # waits for a host call a thread of the code still has going
+            self.running = False
+        if signal.getsignal(signal.SIGINT) is not self.sigint:
+            signal.signal(signal.SIGINT, self.sigint)
+        flush_streams()
+        return done_frame(value_json, value_repr, error, duration_ms, self.calls)
+
+    def register(self, name):
+        """Installs a host function the server names in a run."""
+        if not isinstance(name, str):
+            raise BadRequest("run: functions must be names")
+        if name not in self.host:
+            self.host[identifier(name)] = host_function(self.host_call, name)
+        self.ns[name] = self.host[name]
+
+    # -- host calls --
+
+    def host_call(self, fn, args, kwargs):
+        """Makes one host call and returns its value. Threads take turns; only
+        the main thread can be interrupted while it waits."""
+        main = threading.current_thread() is MAIN_THREAD
+        with self.lock:
+            call_id, text = self.prepare_call(fn, args, kwargs)
+            if main:
+                self.interruptible = False
+            try:
+                self.channel.send(text)
+                reply = self.await_reply(call_id, main)
+            finally:
+                if main:
+                    self.resume_user()
+        error = reply.get("error")
+        if error is not None:
+            raise HostCallError(str(error))
+        return reply.get("value")
+
+    def prepare_call(self, fn, args, kwargs):
+        """Checks a host call against the run and its budget: (id, frame text)."""
+        if not self.running:
+            raise RuntimeError(f"{fn}: host calls are only possible while a run is going on")
+        if self.calls >= self.budget:
+            raise HostCallBudgetExceeded(
+                f"host call budget of {self.budget} calls for this run is spent"
+            )
+        frame = {"op": "host_call", "id": self.next_id, "fn": fn, "args": args, "kwargs": kwargs}
+        try:
+            text = ENCODE(frame)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"{fn}: the arguments must be JSON-serialisable: {exc}") from None
+        if len(text) > JSON_MAX:
+            raise ValueError(f"{fn}: the arguments take {len(text)} bytes of JSON, over {JSON_MAX}")
+        self.next_id += 1
+        self.calls += 1
+        return frame["id"], text
+
+    def await_reply(self, call_id, main):
+        """Reads frames until the host_reply for call_id; anything else but the
+        reply to an abandoned call breaks the protocol."""
+        while True:
+            if main:
+                self.wait_interruptibly(call_id)
+            msg, blob_len = self.channel.recv()
+            self.channel.skip(blob_len)
+            if self.is_abandoned(msg):
+                continue
+            if msg["op"] != "host_reply" or msg.get("id") != call_id:
+                protocol_error(f"expected the host_reply for call {call_id}, got {msg['op']}")
+            return msg
+
+    def wait_interruptibly(self, call_id):
+        """Waits for the reply with KeyboardInterrupt allowed (nothing of it is
+        read yet); an interrupted call is abandoned and its reply dropped later."""
+        try:
+            self.resume_user()
+            self.channel.wait()
+        except KeyboardInterrupt:
+            self.abandoned.add(call_id)
+            raise
+        finally:
+            self.interruptible = False
+
+    def is_abandoned(self, msg):
+        call_id = msg.get("id")
+        if msg["op"] != "host_reply" or type(call_id) is not int or call_id not in self.abandoned:
+            return False
+        self.abandoned.discard(call_id)
+        return True
+
+    def stray_reply(self, msg):
+        if not self.is_abandoned(msg):
+            protocol_error(f"a host_reply for no pending call ({msg.get('id')!r})")
+
+    # -- variables --
+
+    def name(self, msg):
+        return identifier(field(msg, "name", str))
+
+    def set(self, msg):
+        name = self.name(msg)
+        self.ns[name] = field(msg, "value", object)
+        return '{"op":"ok"}'
+
+    def set_text(self, msg, blob_len):
+        try:
+            name = self.name(msg)
+        except BadRequest:
+            self.channel.skip(blob_len)
+            raise
+        data = self.channel.read(blob_len)
+        try:
+            text = data.decode()
+        except UnicodeDecodeError as exc:
+            return error_frame("UnicodeDecodeError", str(exc))
+        del data
+        self.ns[name] = text
+        return '{"op":"ok"}'
+
+    def load_file(self, msg):
+        name, path = self.name(msg), field(msg, "path", str)
+        mode = field(msg, "mode", str, "text")
+        if mode not in ("text", "bytes"):
+            raise BadRequest(f"load_file: mode {mode[:NAME_MAX]!r} is neither 'text' nor 'bytes'")
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+            self.ns[name] = data if mode == "bytes" else data.decode()
+        except (OSError, ValueError) as exc:
+            return error_frame(type_name(exc), str(exc))
+        return '{"op":"ok"}'
+
+    def get(self, msg):
+        name = self.name(msg)
+        if name not in self.ns:
+            return error_frame("NameError", f"name {name!r} is not defined")
+        value = self.ns[name]
+        frame = {
+            "op": "value",
+            "name": name,
+            "type": type_name(value),
+            "repr": capped_repr(value, TEXT_MAX),
+        }
+        return with_raw(frame, "value", to_json(value, VALUE_MAX) or "null")
+
+    def variables(self, msg):
+        entries, used, truncated = [], 0, False
+        for name, value in list(self.ns.items()):
+            if not self.is_public(name, value):
+                continue
+            entry = ENCODE({"name": name, "type": type_name(value), "size": size_of(value)})
+            used += len(entry) + 1
+            if used > VALUE_MAX:
+                truncated = True
+                break
+            entries.append(entry)
+        frame = {"op": "variables", "truncated": truncated}
+        return with_raw(frame, "variables", f"[{','.join(entries)}]")
+
+    def is_public(self, name, value):
+        return (
+            type(name) is str
+            and not name.startswith("_")
+            and not issubclass(type(value), types.ModuleType)
+            and self.host.get(name) is not value
+        )
+
+    def reset(self, msg):
+        self.ns.clear()
+        self.ns.update(__name__="__main__", __builtins__=builtins)
+        self.ns.update(self.host)
+        sys.modules["__main__"] = self.module  # pickle finds the code's classes there
+        return '{"op":"ok"}'
+
+
+def main():
+    channel = Channel(CHANNEL_FD)
+    if sys.stdout is not None:
+        sys.stdout.reconfigure(line_buffering=True)
+    Session(channel).serve()
+
+
+if __name__ == "__main__":
+    main()

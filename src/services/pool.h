@@ -1,0 +1,36 @@
+/* The warm pool: sandboxes started in advance, each with a Python session
+ * already loaded, for one-shot Python runs that ask for the default policy.
+ * A pooled sandbox serves exactly one run and is then destroyed (never
+ * reused, so nothing of one run can reach the next); a background thread
+ * refills the pool. Runs whose policy differs start cold. */
+#ifndef CODECAGE_SERVICES_POOL_H
+#define CODECAGE_SERVICES_POOL_H
+
+#include <jansson.h>
+#include <stdbool.h>
+
+#include "codecage/codecage.h"
+#include "core/box.h"
+#include "services/sandbox_spec.h"
+#include "services/session.h"
+
+struct cage_config;
+struct cage_pool;
+
+/* size 0: a pool that never has anything (every take is a miss). */
+int cage_pool_open(const struct cage_config *cfg, unsigned size, struct cage_pool **ret,
+                   struct cage_error *err);
+struct cage_pool *cage_pool_close(struct cage_pool *p);
+
+/* Whether a run with this spec may use a pooled sandbox: its policy (all
+ * but timeout_s and output_max_bytes) is the pool's. */
+bool cage_pool_serves(const struct cage_pool *p, const struct svc_spec *spec);
+/* A ready sandbox and its session (the caller destroys both), or false on
+ * a miss. Counts hits and misses. */
+bool cage_pool_take(struct cage_pool *p, struct cage_box **box, struct cage_session **session);
+/* Counts a run the pool could not serve because of its policy. */
+void cage_pool_note_cold(struct cage_pool *p);
+/* {size, ready, hits, misses, cold, started, failed, avg_start_ms} */
+json_t *cage_pool_stats(struct cage_pool *p);
+
+#endif

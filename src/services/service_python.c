@@ -1,0 +1,483 @@
+/* Python through the service: runs in a named sandbox's persistent session,
+ * one-shot runs (from the warm pool when their policy allows), and the
+ * session's variables. See service.h.
+ *
+ * A named sandbox has at most one session, created on first use and kept
+ * across calls; calls on it are serialised by sb->py_lock. A run that loses
+ * the session's state (an interrupt the code ignored, a crash) frees it:
+ * the next call starts a fresh one, and the result of the losing run says
+ * state_lost. Stopping the sandbox ends the session with it. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "service_private.h"
+#include "services/files.h"
+#include "util/cleanup.h"
+#include "util/error.h"
+
+#define VAR_NAME_MAX       128
+#define REQUEST_TIMEOUT_MS 30000
+#define HOST_BUDGET_MAX    10000
+
+static const char *const run_keys[] = {"code", "timeout_s", "host_budget", NULL};
+static const char *const oneshot_extra[] = {"code", "files", "host_budget", NULL};
+
+struct py_req {
+        const char *code;
+        size_t code_len;
+        uint64_t timeout_ms;
+        uint32_t host_budget;
+};
+
+static int parse_code(const json_t *req, struct py_req *q, struct cage_error *err)
+{
+        const json_t *code = json_object_get(req, "code");
+        if (!json_is_string(code))
+                return cage_fail(err, -EINVAL, "code: required, a string of Python");
+        if (json_string_length(code) > SESSION_CODE_MAX)
+                return cage_fail(err, -E2BIG, "code: more than %d bytes", SESSION_CODE_MAX);
+        q->code = json_string_value(code);
+        q->code_len = json_string_length(code);
+        const json_t *budget = json_object_get(req, "host_budget");
+        q->host_budget = SESSION_HOST_BUDGET;
+        if (budget && !json_is_null(budget)) {
+                if (!json_is_integer(budget) || json_integer_value(budget) < 1 ||
+                    json_integer_value(budget) > HOST_BUDGET_MAX)
+                        return cage_fail(err, -EINVAL, "host_budget: an integer 1..%d",
+                                         HOST_BUDGET_MAX);
+                q->host_budget = (uint32_t)json_integer_value(budget);
+        }
+        return 0;
+}
+
+static int parse_timeout(struct cage_service *svc, const json_t *req, uint64_t dflt, uint64_t *ret,
+                         struct cage_error *err)
+{
+        const json_t *t = json_object_get(req, "timeout_s");
+        *ret = dflt;
+        if (!t || json_is_null(t))
+                return 0;
+        double s = json_is_number(t) ? json_number_value(t) : -1;
+        if (!(s > 0) || s > (double)svc->cfg->limits.timeout_s_max)
+                return cage_fail(err, s > 0 ? -EPERM : -EINVAL,
+                                 "timeout_s: a number above 0, at most this server's maximum "
+                                 "of %llu",
+                                 (unsigned long long)svc->cfg->limits.timeout_s_max);
+        *ret = (uint64_t)(s * 1000.0 + 0.5) ? (uint64_t)(s * 1000.0 + 0.5) : 1;
+        return 0;
+}
+
+static int check_keys(const json_t *req, const char *const *keys, struct cage_error *err)
+{
+        if (!json_is_object(req))
+                return cage_fail(err, -EINVAL, "the request body must be a JSON object");
+        const char *k;
+        const json_t *v;
+        json_object_foreach((json_t *)req, k, v)
+        {
+                bool known = false;
+                for (size_t i = 0; keys[i] && !known; i++)
+                        known = strcmp(k, keys[i]) == 0;
+                if (!known)
+                        return cage_fail(err, -EINVAL, "unknown field \"%.64s\"", k);
+        }
+        return 0;
+}
+
+static void fill_run(struct cage_session_run *run, const struct py_req *q, uint64_t output_max,
+                     const struct cage_service_io *io, const struct cage_service_host *host)
+{
+        *run = (struct cage_session_run){.code = q->code,
+                                         .code_len = q->code_len,
+                                         .timeout_ms = q->timeout_ms,
+                                         .output_max_bytes = output_max,
+                                         .output_stop_bytes = 64ULL << 20,
+                                         .host_budget = q->host_budget,
+                                         .cancel_fd = -1};
+        if (io) {
+                run->on_output = io->on_output;
+                run->on_output_ctx = io->on_output_ctx;
+                run->cancel_fd = io->cancel_fd;
+        }
+        if (host && host->fn) {
+                run->host = host->fn;
+                run->host_ctx = host->ctx;
+                run->functions = host->functions;
+        }
+}
+
+/* Redacts the text fields the way exec results are redacted. */
+static void redact_result(struct cage_service *svc, json_t *res)
+{
+        static const char *const fields[] = {"stdout", "stderr", "return_repr"};
+        for (size_t i = 0; i < 3; i++) {
+                json_t *v = json_object_get(res, fields[i]);
+                char *clean;
+                size_t len;
+                if (!json_is_string(v) ||
+                    !cage_redact_needed(svc->redactor, json_string_value(v), json_string_length(v)))
+                        continue;
+                if (cage_redact(svc->redactor, json_string_value(v), json_string_length(v), &clean,
+                                &len) == 0) {
+                        json_object_set_new(res, fields[i], json_stringn(clean, len));
+                        free(clean);
+                } else {
+                        json_object_set_new(res, fields[i], json_string(""));
+                }
+        }
+        json_t *error = json_object_get(res, "error");
+        static const char *const efields[] = {"message", "traceback"};
+        for (size_t i = 0; json_is_object(error) && i < 2; i++) {
+                json_t *v = json_object_get(error, efields[i]);
+                char *clean;
+                size_t len;
+                if (json_is_string(v) &&
+                    cage_redact_needed(svc->redactor, json_string_value(v),
+                                       json_string_length(v)) &&
+                    cage_redact(svc->redactor, json_string_value(v), json_string_length(v), &clean,
+                                &len) == 0) {
+                        json_object_set_new(error, efields[i], json_stringn(clean, len));
+                        free(clean);
+                }
+        }
+        /* A secret inside return_value (JSON) is caught by serialising it. */
+        json_t *rv = json_object_get(res, "return_value");
+        char *text = rv ? json_dumps(rv, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+        if (text && cage_redact_needed(svc->redactor, text, strlen(text)))
+                json_object_set_new(res, "return_value", json_string("[REDACTED]"));
+        free(text);
+}
+
+static void audit_run(struct cage_service *svc, enum cage_audit_event ev, const char *tenant,
+                      const char *name, json_t *labels, const json_t *res, const char *run_id)
+{
+        json_t *f = json_pack("{s:s, s:O, s:O, s:O}", "program", "python", "status",
+                              json_object_get(res, "status"), "duration_ms",
+                              json_object_get(res, "duration_ms"), "state_lost",
+                              json_object_get(res, "state_lost"));
+        if (f && run_id)
+                json_object_set_new(f, "run_id", json_string(run_id));
+        svc_audit(svc, ev, tenant, name, labels, f);
+}
+
+/* ---- named sandboxes ---- */
+
+/* With py_lock held: the sandbox's session, started if needed. */
+static int session_of(struct sb *sb, struct cage_box *box, struct cage_error *err)
+{
+        if (sb->session && !cage_session_alive(sb->session))
+                sb->session = cage_session_free(sb->session);
+        if (sb->session)
+                return 0;
+        return cage_session_start(box, NULL, &sb->session, err);
+}
+
+static int run_named(struct cage_service *svc, const char *tenant, const char *name,
+                     const json_t *req, const struct cage_service_io *io,
+                     const struct cage_service_host *host, json_t **ret, struct cage_error *err)
+{
+        struct sb *sb;
+        struct py_req q = {0};
+        struct cage_box *box;
+        bool restarted;
+        _cleanup_close_ int ws = -1;
+        int r = check_keys(req, run_keys, err);
+        if (r == 0)
+                r = parse_code(req, &q, err);
+        if (r == 0)
+                r = svc_lookup(svc, tenant, name, &sb, err);
+        if (r < 0)
+                return r;
+        r = parse_timeout(svc, req, sb->spec ? sb->spec->timeout_s_ms : 30000, &q.timeout_ms, err);
+        if (r == 0)
+                r = svc_enter(sb, &restarted, &box, &ws, err);
+        if (r < 0) {
+                svc_unref(sb);
+                return r;
+        }
+        struct cage_artifact_snapshot *before = NULL;
+        json_t *artifacts = NULL;
+        pthread_mutex_lock(&sb->py_lock);
+        r = session_of(sb, box, err);
+        if (r == 0) {
+                struct cage_session_run run;
+                fill_run(&run, &q, sb->spec->output_max_bytes, io, host);
+                (void)cage_artifacts_snapshot(ws, &before, NULL);
+                r = cage_session_run(sb->session, &run, ret, err);
+        }
+        if (r == 0 && !cage_session_alive(sb->session))
+                sb->session = cage_session_free(sb->session);
+        pthread_mutex_unlock(&sb->py_lock);
+        if (r == 0) {
+                if (cage_artifacts_collect(ws, before, &artifacts, NULL) == 0)
+                        json_object_set_new(*ret, "artifacts", artifacts);
+                json_object_set_new(*ret, "restarted", json_boolean(restarted));
+                redact_result(svc, *ret);
+                audit_run(svc, CAGE_AUDIT_EXEC_END, tenant, name, svc_labels(sb), *ret, NULL);
+        }
+        cage_artifact_snapshot_free(before);
+        svc_leave(sb, NULL);
+        svc_unref(sb);
+        return r;
+}
+
+/* ---- one-shot runs ---- */
+
+struct oneshot {
+        struct svc_spec *spec;
+        struct py_req q;
+        struct cage_box *box;
+        struct cage_session *session;
+        int ws;
+        bool pooled;
+        char run_id[CAGE_STORE_ID_LEN + 1];
+        struct cage_artifact_snapshot *before;
+};
+
+static int oneshot_start(struct cage_service *svc, struct oneshot *o, struct cage_error *err)
+{
+        if (cage_pool_serves(svc->pool, o->spec)) {
+                o->pooled = cage_pool_take(svc->pool, &o->box, &o->session);
+        } else {
+                cage_pool_note_cold(svc->pool);
+        }
+        if (o->pooled)
+                return 0;
+        _cleanup_free_ char *env = NULL;
+        struct cage_spec spec;
+        int r = svc_spec_to_cage(o->spec, svc->cfg, NULL, &spec, &env, err);
+        if (r == 0)
+                r = cage_box_start(&spec, &o->box, err);
+        if (r == 0)
+                r = cage_session_start(o->box, NULL, &o->session, err);
+        return r;
+}
+
+static int oneshot_prepare(struct cage_service *svc, const json_t *req, struct oneshot *o,
+                           struct cage_error *err)
+{
+        int r = svc_spec_parse(svc->cfg, req, false, oneshot_extra, &o->spec, err);
+        if (r == 0)
+                r = parse_code(req, &o->q, err);
+        if (r < 0)
+                return r;
+        o->q.timeout_ms = o->spec->timeout_s_ms;
+        if ((r = cage_store_new_id(o->run_id, err)) < 0 || (r = oneshot_start(svc, o, err)) < 0)
+                return r;
+        if ((o->ws = svc_open_run_workspace(o->box, err)) < 0)
+                return o->ws;
+        if ((r = svc_put_run_files(o->box, req, o->ws, err)) < 0)
+                return r;
+        (void)cage_artifacts_snapshot(o->ws, &o->before, NULL);
+        return 0;
+}
+
+static int run_oneshot(struct cage_service *svc, const char *tenant, const json_t *req,
+                       const struct cage_service_io *io, const struct cage_service_host *host,
+                       json_t **ret, struct cage_error *err)
+{
+        struct oneshot o = {.ws = -1};
+        json_t *artifacts = NULL;
+        int r = oneshot_prepare(svc, req, &o, err);
+        if (r == 0) {
+                struct cage_session_run run;
+                fill_run(&run, &o.q, o.spec->output_max_bytes, io, host);
+                r = cage_session_run(o.session, &run, ret, err);
+        }
+        if (r == 0) {
+                if (cage_artifacts_collect(o.ws, o.before, &artifacts, NULL) < 0)
+                        artifacts = json_array();
+                if (json_array_size(artifacts))
+                        svc_keep_output(svc, o.ws, o.run_id);
+                json_object_set_new(*ret, "artifacts", artifacts);
+                json_object_set_new(*ret, "run_id", json_string(o.run_id));
+                json_object_set_new(*ret, "pooled", json_boolean(o.pooled));
+                redact_result(svc, *ret);
+                audit_run(svc, CAGE_AUDIT_RUN_END, tenant, NULL, o.spec->labels, *ret, o.run_id);
+        }
+        if (o.ws >= 0)
+                close(o.ws);
+        cage_session_free(o.session);
+        cage_box_destroy(o.box);
+        cage_artifact_snapshot_free(o.before);
+        svc_spec_free(o.spec);
+        return r;
+}
+
+int cage_service_python_run(struct cage_service *svc, const char *tenant, const char *name,
+                            const json_t *req, const struct cage_service_io *io,
+                            const struct cage_service_host *host, json_t **ret,
+                            struct cage_error *err)
+{
+        if (name)
+                return run_named(svc, tenant, name, req, io, host, ret, err);
+        return run_oneshot(svc, tenant, req, io, host, ret, err);
+}
+
+json_t *cage_service_pool_stats(struct cage_service *svc)
+{
+        return cage_pool_stats(svc->pool);
+}
+
+/* ---- variables ---- */
+
+static bool identifier(const char *s)
+{
+        static const char *const keywords[] = {
+                "False",  "None",   "True",    "and",      "as",       "assert", "async",
+                "await",  "break",  "class",   "continue", "def",      "del",    "elif",
+                "else",   "except", "finally", "for",      "from",     "global", "if",
+                "import", "in",     "is",      "lambda",   "nonlocal", "not",    "or",
+                "pass",   "raise",  "return",  "try",      "while",    "with",   "yield"};
+        size_t len = s ? strlen(s) : 0;
+        if (!len || len > VAR_NAME_MAX || (s[0] >= '0' && s[0] <= '9'))
+                return false;
+        for (size_t i = 0; i < len; i++)
+                if (!(s[i] == '_' || (s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
+                      (s[i] >= '0' && s[i] <= '9')))
+                        return false;
+        for (size_t i = 0; i < sizeof(keywords) / sizeof(keywords[0]); i++)
+                if (strcmp(s, keywords[i]) == 0)
+                        return false;
+        return true;
+}
+
+/* One request to the named sandbox's session (started if needed). */
+static int session_call(struct cage_service *svc, const char *tenant, const char *name, json_t *msg,
+                        const void *blob, size_t blob_len, json_t **ret, struct cage_error *err)
+{
+        struct sb *sb;
+        struct cage_box *box;
+        bool restarted;
+        _cleanup_close_ int ws = -1;
+        json_t *answer = NULL;
+        int r = svc_lookup(svc, tenant, name, &sb, err);
+        if (r < 0)
+                return r;
+        if ((r = svc_enter(sb, &restarted, &box, &ws, err)) < 0) {
+                svc_unref(sb);
+                return r;
+        }
+        pthread_mutex_lock(&sb->py_lock);
+        r = session_of(sb, box, err);
+        if (r == 0)
+                r = cage_session_request(sb->session, msg, blob, blob_len, REQUEST_TIMEOUT_MS,
+                                         &answer, err);
+        if (sb->session && !cage_session_alive(sb->session))
+                sb->session = cage_session_free(sb->session);
+        pthread_mutex_unlock(&sb->py_lock);
+        svc_leave(sb, NULL);
+        svc_unref(sb);
+        if (r == 0 && ret)
+                *ret = answer;
+        else
+                json_decref(answer);
+        return r;
+}
+
+static int check_var(const char *var, struct cage_error *err)
+{
+        if (!identifier(var))
+                return cage_fail(err, -EINVAL,
+                                 "variable name \"%.64s\": must be a Python identifier that is "
+                                 "not a keyword",
+                                 var ? var : "");
+        return 0;
+}
+
+int cage_service_python_set(struct cage_service *svc, const char *tenant, const char *name,
+                            const char *var, const json_t *value, struct cage_error *err)
+{
+        int r = check_var(var, err);
+        if (r < 0)
+                return r;
+        json_t *msg = json_pack("{s:s, s:s, s:O}", "op", "set", "name", var, "value", value);
+        r = msg ? session_call(svc, tenant, name, msg, NULL, 0, NULL, err)
+                : cage_fail(err, -ENOMEM, "request");
+        json_decref(msg);
+        return r;
+}
+
+int cage_service_python_set_text(struct cage_service *svc, const char *tenant, const char *name,
+                                 const char *var, const char *text, size_t len,
+                                 struct cage_error *err)
+{
+        int r = check_var(var, err);
+        if (r < 0)
+                return r;
+        if (len > SESSION_TEXT_MAX)
+                return cage_fail(err, -E2BIG, "text: more than %llu bytes", SESSION_TEXT_MAX);
+        json_t *msg = json_pack("{s:s, s:s}", "op", "set_text", "name", var);
+        r = msg ? session_call(svc, tenant, name, msg, text, len, NULL, err)
+                : cage_fail(err, -ENOMEM, "request");
+        json_decref(msg);
+        return r;
+}
+
+int cage_service_python_load_file(struct cage_service *svc, const char *tenant, const char *name,
+                                  const char *var, const char *path, struct cage_error *err)
+{
+        char rel[CAGE_FILES_PATH_MAX + 1], inside[CAGE_FILES_PATH_MAX + 16];
+        int r = check_var(var, err);
+        if (r == 0)
+                r = cage_files_check_path(path, rel, err);
+        if (r < 0)
+                return r;
+        snprintf(inside, sizeof(inside), "/workspace/%s", rel);
+        json_t *msg = json_pack("{s:s, s:s, s:s}", "op", "load_file", "name", var, "path", inside);
+        r = msg ? session_call(svc, tenant, name, msg, NULL, 0, NULL, err)
+                : cage_fail(err, -ENOMEM, "request");
+        json_decref(msg);
+        return r;
+}
+
+int cage_service_python_get(struct cage_service *svc, const char *tenant, const char *name,
+                            const char *var, json_t **ret, struct cage_error *err)
+{
+        json_t *answer = NULL;
+        int r = check_var(var, err);
+        if (r < 0)
+                return r;
+        json_t *msg = json_pack("{s:s, s:s}", "op", "get", "name", var);
+        r = msg ? session_call(svc, tenant, name, msg, NULL, 0, &answer, err)
+                : cage_fail(err, -ENOMEM, "request");
+        json_decref(msg);
+        if (r < 0)
+                return r == -EINVAL ? -ENOENT : r;
+        *ret = json_pack("{s:s, s:O, s:O, s:O}", "name", var, "type",
+                         json_object_get(answer, "type"), "value", json_object_get(answer, "value"),
+                         "repr", json_object_get(answer, "repr"));
+        json_decref(answer);
+        if (*ret)
+                redact_result(svc, *ret);
+        return *ret ? 0 : cage_fail(err, -EPROTO, "a malformed answer from the session");
+}
+
+int cage_service_python_list(struct cage_service *svc, const char *tenant, const char *name,
+                             json_t **ret, struct cage_error *err)
+{
+        json_t *answer = NULL;
+        json_t *msg = json_pack("{s:s}", "op", "list");
+        int r = msg ? session_call(svc, tenant, name, msg, NULL, 0, &answer, err)
+                    : cage_fail(err, -ENOMEM, "request");
+        json_decref(msg);
+        if (r < 0)
+                return r;
+        json_t *vars = json_object_get(answer, "variables");
+        *ret = json_pack("{s:O}", "variables", json_is_array(vars) ? vars : json_array());
+        json_decref(answer);
+        return 0;
+}
+
+int cage_service_python_reset(struct cage_service *svc, const char *tenant, const char *name,
+                              struct cage_error *err)
+{
+        json_t *msg = json_pack("{s:s}", "op", "reset");
+        int r = msg ? session_call(svc, tenant, name, msg, NULL, 0, NULL, err)
+                    : cage_fail(err, -ENOMEM, "request");
+        json_decref(msg);
+        return r;
+}

@@ -1,0 +1,535 @@
+/* Python sessions; see session.h and docs/SESSION-PROTOCOL.md.
+ *
+ * The channel is non-blocking on our side. Frames to the driver are
+ * written whole (with a deadline); frames from it are assembled by a small
+ * reader fed whenever the channel is readable, so one poll loop can serve
+ * the channel, the driver's stdout and stderr, the cancel fd and the
+ * deadline together. */
+#include "session.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/output.h"
+#include "core/result_json.h"
+#include "util/cleanup.h"
+#include "util/error.h"
+#include "util/fdutil.h"
+
+extern const char cage_session_driver[];
+extern const char cage_session_driver_end[];
+
+struct frame_reader {
+        unsigned char hdr[8];
+        size_t got; /* bytes of header + json + blob read so far */
+        uint32_t json_len, blob_len;
+        char *json;
+};
+
+struct cage_session {
+        struct cage_box *box;
+        struct cage_box_proc *proc;
+        int chan;
+        uint32_t cell;
+        bool dead;
+        struct frame_reader rd;
+        _Atomic bool interrupting;
+};
+
+static uint64_t now_ms(void)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000ULL + (uint64_t)ts.tv_nsec / 1000000ULL;
+}
+
+static int ms_left(uint64_t deadline)
+{
+        uint64_t now = now_ms();
+        if (now >= deadline)
+                return 0;
+        return deadline - now > 60000 ? 60000 : (int)(deadline - now);
+}
+
+/* ---- frames ---- */
+
+static int write_full(int fd, const void *buf, size_t len, uint64_t deadline)
+{
+        const char *p = buf;
+        while (len > 0) {
+                ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+                if (n > 0) {
+                        p += n;
+                        len -= (size_t)n;
+                        continue;
+                }
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0 && errno != EAGAIN)
+                        return -errno;
+                struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+                if (poll(&pfd, 1, ms_left(deadline)) == 0)
+                        return -ETIMEDOUT;
+        }
+        return 0;
+}
+
+static int send_frame(struct cage_session *s, json_t *msg, const void *blob, size_t blob_len,
+                      uint64_t deadline)
+{
+        _cleanup_free_ char *text = json_dumps(msg, JSON_COMPACT);
+        if (!text)
+                return -ENOMEM;
+        size_t len = strlen(text);
+        if (len > SESSION_JSON_MAX || blob_len > SESSION_TEXT_MAX)
+                return -E2BIG;
+        uint32_t hdr[2] = {htonl((uint32_t)len), htonl((uint32_t)blob_len)};
+        int r = write_full(s->chan, hdr, sizeof(hdr), deadline);
+        if (r == 0)
+                r = write_full(s->chan, text, len, deadline);
+        if (r == 0 && blob_len)
+                r = write_full(s->chan, blob, blob_len, deadline);
+        if (r < 0)
+                s->dead = true; /* a frame cut in half: the channel is unusable */
+        return r;
+}
+
+static void reader_reset(struct frame_reader *rd)
+{
+        free(rd->json);
+        memset(rd, 0, sizeof(*rd));
+}
+
+/* Reads what is there. 1: *ret is a complete message; 0: not yet; < 0:
+ * the channel is closed or broke the protocol. */
+static int read_frame(struct cage_session *s, json_t **ret)
+{
+        struct frame_reader *rd = &s->rd;
+        for (;;) {
+                size_t want;
+                char *dst;
+                if (rd->got < 8) {
+                        want = 8 - rd->got;
+                        dst = (char *)rd->hdr + rd->got;
+                } else {
+                        want = 8 + rd->json_len - rd->got;
+                        dst = rd->json + (rd->got - 8);
+                }
+                if (want == 0)
+                        break;
+                ssize_t n = recv(s->chan, dst, want, 0);
+                if (n == 0)
+                        return -EPIPE;
+                if (n < 0)
+                        return errno == EAGAIN ? 0 : errno == EINTR ? 0 : -errno;
+                rd->got += (size_t)n;
+                if (rd->got == 8) {
+                        memcpy(&rd->json_len, rd->hdr, 4);
+                        memcpy(&rd->blob_len, rd->hdr + 4, 4);
+                        rd->json_len = ntohl(rd->json_len);
+                        rd->blob_len = ntohl(rd->blob_len);
+                        /* The driver never sends blobs. */
+                        if (rd->json_len < 2 || rd->json_len > SESSION_JSON_MAX || rd->blob_len)
+                                return -EPROTO;
+                        if (!(rd->json = malloc(rd->json_len)))
+                                return -ENOMEM;
+                }
+        }
+        json_t *msg = json_loadb(rd->json, rd->json_len, JSON_REJECT_DUPLICATES, NULL);
+        reader_reset(rd);
+        if (!json_is_object(msg) || !json_is_string(json_object_get(msg, "op"))) {
+                json_decref(msg);
+                return -EPROTO;
+        }
+        *ret = msg;
+        return 1;
+}
+
+static const char *op_of(const json_t *msg)
+{
+        return json_string_value(json_object_get(msg, "op"));
+}
+
+/* Waits for one frame (no output handling: for short exchanges). */
+static int wait_frame(struct cage_session *s, uint64_t deadline, json_t **ret)
+{
+        for (;;) {
+                int r = read_frame(s, ret);
+                if (r != 0)
+                        return r;
+                struct pollfd p = {.fd = s->chan, .events = POLLIN};
+                int n = poll(&p, 1, ms_left(deadline));
+                if (n == 0)
+                        return -ETIMEDOUT;
+        }
+}
+
+/* ---- start ---- */
+
+static void drain_fd(int fd)
+{
+        char buf[4096];
+        while (fd >= 0 && read(fd, buf, sizeof(buf)) > 0)
+                ;
+}
+
+int cage_session_start(struct cage_box *box, char *const *env, struct cage_session **ret,
+                       struct cage_error *err)
+{
+        size_t len = (size_t)(cage_session_driver_end - cage_session_driver);
+        _cleanup_free_ char *source = strndup(cage_session_driver, len);
+        char *argv[] = {"python3", "-I", "-c", source, NULL};
+        int sv[2];
+        if (!source)
+                return cage_fail(err, -ENOMEM, "session");
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+                return cage_fail(err, -errno, "session channel");
+        struct cage_session *s = calloc(1, sizeof(*s));
+        if (!s) {
+                close(sv[0]);
+                close(sv[1]);
+                return cage_fail(err, -ENOMEM, "session");
+        }
+        s->box = box;
+        s->chan = sv[0];
+        fd_set_nonblock(s->chan, true);
+        struct cage_exec ex = {.argv = argv, .env = env, .timeout_ms = SESSION_START_MS};
+        int r = cage_box_spawn(box, &ex, sv[1], &s->proc, err);
+        close(sv[1]);
+        json_t *ready = NULL;
+        if (r == 0) {
+                r = wait_frame(s, now_ms() + SESSION_START_MS, &ready);
+                if (r < 0 || strcmp(op_of(ready), "ready") != 0)
+                        r = cage_fail(err, r < 0 ? r : -EPROTO,
+                                      "the Python session did not start (is python3 in the "
+                                      "image?)");
+                else
+                        r = 0;
+        }
+        json_decref(ready);
+        if (r < 0) {
+                cage_session_free(s);
+                return r;
+        }
+        drain_fd(cage_box_proc_stdout(s->proc));
+        drain_fd(cage_box_proc_stderr(s->proc));
+        *ret = s;
+        return 0;
+}
+
+bool cage_session_alive(struct cage_session *s)
+{
+        return !s->dead && !cage_box_proc_exited(s->proc, NULL);
+}
+
+struct cage_session *cage_session_free(struct cage_session *s)
+{
+        if (!s)
+                return NULL;
+        cage_box_proc_free(s->proc);
+        if (s->chan >= 0)
+                close(s->chan);
+        reader_reset(&s->rd);
+        free(s);
+        return NULL;
+}
+
+/* ---- request / answer ---- */
+
+int cage_session_request(struct cage_session *s, json_t *msg, const void *blob, size_t blob_len,
+                         uint64_t timeout_ms, json_t **ret, struct cage_error *err)
+{
+        uint64_t deadline = now_ms() + timeout_ms;
+        json_t *answer = NULL;
+        if (!cage_session_alive(s))
+                return cage_fail(err, -ESRCH, "the Python session is gone");
+        int r = send_frame(s, msg, blob, blob_len, deadline);
+        if (r == 0)
+                r = wait_frame(s, deadline, &answer);
+        if (r < 0) {
+                s->dead = true;
+                return cage_fail(err, r == -ETIMEDOUT ? -ETIMEDOUT : -ESRCH,
+                                 "the Python session did not answer");
+        }
+        drain_fd(cage_box_proc_stdout(s->proc));
+        drain_fd(cage_box_proc_stderr(s->proc));
+        if (strcmp(op_of(answer), "error") == 0) {
+                const char *m = json_string_value(json_object_get(answer, "message"));
+                r = cage_fail(err, -EINVAL, "%s", m ? m : "error");
+                json_decref(answer);
+                return r;
+        }
+        *ret = answer;
+        return 0;
+}
+
+/* ---- run ---- */
+
+struct run_state {
+        struct cage_session *s;
+        const struct cage_session_run *run;
+        struct output_capture out, errc;
+        uint64_t deadline, grace_deadline;
+        json_t *done;
+        bool interrupted, flooded, cancelled, lost;
+        uint32_t host_calls;
+};
+
+static void read_output(struct run_state *st, int fd, int stream)
+{
+        char buf[65536];
+        for (int i = 0; i < 16 && fd >= 0; i++) {
+                ssize_t n = read(fd, buf, sizeof(buf));
+                if (n <= 0)
+                        return;
+                output_capture_feed(stream == 1 ? &st->out : &st->errc, buf, (size_t)n);
+                if (st->run->on_output &&
+                    st->run->on_output(st->run->on_output_ctx, stream, buf, (size_t)n))
+                        st->cancelled = true;
+                uint64_t stop = st->run->output_stop_bytes;
+                if (stop && st->out.total + st->errc.total > stop)
+                        st->flooded = true;
+        }
+}
+
+static void answer_host_call(struct run_state *st, json_t *call)
+{
+        json_t *value = NULL, *reply;
+        char *error = NULL;
+        const char *fn = json_string_value(json_object_get(call, "fn"));
+        json_t *args = json_object_get(call, "args"), *kwargs = json_object_get(call, "kwargs");
+        json_t *id = json_object_get(call, "id");
+        st->host_calls++;
+        int r = -ENOSYS;
+        if (!fn || !json_is_integer(id) || (args && !json_is_array(args)) ||
+            (kwargs && !json_is_object(kwargs)))
+                error = strdup("malformed host call");
+        else if (!st->run->host)
+                error = strdup("no host functions are available to this session");
+        else if ((r = st->run->host(st->run->host_ctx, fn, args, kwargs, &value, &error)) < 0 &&
+                 !error)
+                error = strdup("host call failed");
+        if (error)
+                reply = json_pack("{s:s, s:O, s:s}", "op", "host_reply", "id", id, "error", error);
+        else
+                reply = json_pack("{s:s, s:O, s:o}", "op", "host_reply", "id", id, "value",
+                                  value ? value : json_null());
+        free(error);
+        if (!reply || send_frame(st->s, reply, NULL, 0, now_ms() + 10000) < 0)
+                st->lost = true;
+        json_decref(reply);
+}
+
+static void on_channel(struct run_state *st)
+{
+        json_t *msg = NULL;
+        int r = read_frame(st->s, &msg);
+        if (r < 0) {
+                st->lost = true;
+                return;
+        }
+        if (r == 0)
+                return;
+        const char *op = op_of(msg);
+        if (strcmp(op, "done") == 0) {
+                st->done = msg;
+                return;
+        }
+        if (strcmp(op, "host_call") == 0) {
+                uint64_t t0 = now_ms();
+                answer_host_call(st, msg);
+                /* Time spent waiting for the host does not count against the code. */
+                st->deadline += now_ms() - t0;
+        } else {
+                st->lost = true; /* nothing else is allowed during a run */
+        }
+        json_decref(msg);
+}
+
+static void interrupt(struct run_state *st)
+{
+        if (st->interrupted)
+                return;
+        st->interrupted = true;
+        cage_box_proc_signal(st->s->proc, SIGINT);
+        uint64_t grace = st->run->grace_ms ? st->run->grace_ms : SESSION_GRACE_MS;
+        st->grace_deadline = now_ms() + grace;
+}
+
+static void watch(struct run_state *st)
+{
+        struct cage_session *s = st->s;
+        int cancel_fd = st->run->cancel_fd;
+        while (!st->done && !st->lost) {
+                uint64_t until = st->interrupted ? st->grace_deadline : st->deadline;
+                struct pollfd p[5] = {
+                        {.fd = s->chan, .events = POLLIN},
+                        {.fd = cage_box_proc_stdout(s->proc), .events = POLLIN},
+                        {.fd = cage_box_proc_stderr(s->proc), .events = POLLIN},
+                        {.fd = cage_box_proc_status_fd(s->proc), .events = POLLIN},
+                        {.fd = st->cancelled ? -1 : cancel_fd, .events = POLLIN},
+                };
+                int n = poll(p, 5, ms_left(until));
+                if (n < 0 && errno != EINTR)
+                        break;
+                if (p[1].revents)
+                        read_output(st, p[1].fd, 1);
+                if (p[2].revents)
+                        read_output(st, p[2].fd, 2);
+                if (p[0].revents)
+                        on_channel(st);
+                if (p[4].revents)
+                        st->cancelled = true;
+                if (p[3].revents && cage_box_proc_exited(s->proc, NULL) && !st->done)
+                        st->lost = true;
+                if (st->cancelled || st->flooded || now_ms() >= st->deadline)
+                        interrupt(st);
+                if (st->interrupted && now_ms() >= st->grace_deadline && !st->done)
+                        st->lost = true;
+        }
+        /* What the code wrote before `done` is in the pipes already. */
+        read_output(st, cage_box_proc_stdout(s->proc), 1);
+        read_output(st, cage_box_proc_stderr(s->proc), 2);
+}
+
+static enum cage_status verdict(const struct run_state *st, char *reason, size_t size)
+{
+        if (st->cancelled) {
+                snprintf(reason, size, "cancelled");
+                return CAGE_STATUS_CANCELLED;
+        }
+        if (st->flooded) {
+                snprintf(reason, size, "stopped after writing more than %llu bytes of output",
+                         (unsigned long long)st->run->output_stop_bytes);
+                return CAGE_STATUS_OUTPUT_LIMIT;
+        }
+        if (st->interrupted) {
+                snprintf(reason, size, "wall-clock timeout of %llu ms reached%s",
+                         (unsigned long long)st->run->timeout_ms,
+                         st->lost ? "; the code ignored the interrupt, so the session was "
+                                    "restarted and its variables are lost"
+                                  : "; the code was interrupted and the session's variables "
+                                    "are kept");
+                return CAGE_STATUS_TIMEOUT;
+        }
+        if (st->lost) {
+                snprintf(reason, size,
+                         "the Python process ended (os._exit, a crash, or out "
+                         "of memory): the session was restarted and its "
+                         "variables are lost");
+                return CAGE_STATUS_ERROR;
+        }
+        const char *status = json_string_value(json_object_get(st->done, "status"));
+        return status && strcmp(status, "ok") == 0 ? CAGE_STATUS_OK : CAGE_STATUS_ERROR;
+}
+
+/* The driver's fields, bounded: only what the contract names goes out. */
+static void copy_done(json_t *o, const json_t *done)
+{
+        json_t *rv = json_object_get(done, "return_value");
+        json_t *repr = json_object_get(done, "return_repr");
+        json_t *error = json_object_get(done, "error");
+        json_object_set(o, "return_value", rv ? rv : json_null());
+        json_object_set(o, "return_repr", json_is_string(repr) ? repr : json_null());
+        if (json_is_object(error)) {
+                json_t *e = json_object();
+                static const char *const keys[] = {"type", "message", "traceback"};
+                for (size_t i = 0; i < 3; i++) {
+                        json_t *v = json_object_get(error, keys[i]);
+                        json_object_set(e, keys[i], json_is_string(v) ? v : json_string(""));
+                }
+                json_object_set_new(o, "error", e);
+        } else {
+                json_object_set_new(o, "error", json_null());
+        }
+}
+
+static json_t *build_result(struct run_state *st, uint64_t t0, const struct cage_box_usage *u0)
+{
+        struct cage_result res = {.exit_code = -1};
+        struct cage_box_usage u = {0};
+        res.status = verdict(st, res.reason, sizeof(res.reason));
+        (void)cage_box_proc_usage(st->s->proc, &u);
+        res.cpu_ms = u.cpu_ms - (u.cpu_ms >= u0->cpu_ms ? u0->cpu_ms : u.cpu_ms);
+        res.peak_memory_bytes = u.memory_bytes;
+        if (st->lost && u.oom_kills > u0->oom_kills) {
+                res.status = CAGE_STATUS_OOM;
+                snprintf(res.reason, sizeof(res.reason),
+                         "out of memory: the session was restarted and its variables are lost");
+        }
+        res.duration_ms = now_ms() - t0;
+        if (output_capture_finish(&st->out, &res.out) < 0 ||
+            output_capture_finish(&st->errc, &res.err) < 0) {
+                cage_result_free(&res);
+                return NULL;
+        }
+        json_t *o = cage_result_to_json_object(&res);
+        cage_result_free(&res);
+        if (!o)
+                return NULL;
+        json_object_set_new(o, "exit_code", json_null());
+        json_object_set_new(o, "state_lost", json_boolean(st->lost));
+        json_object_set_new(o, "host_calls", json_integer(st->host_calls));
+        if (st->done)
+                copy_done(o, st->done);
+        else
+                copy_done(o, NULL);
+        if (st->interrupted && !st->lost && json_is_null(json_object_get(o, "error")))
+                json_object_set_new(o, "error",
+                                    json_pack("{s:s,s:s,s:s}", "type", "KeyboardInterrupt",
+                                              "message", "interrupted", "traceback", ""));
+        return o;
+}
+
+static json_t *run_message(struct cage_session *s, const struct cage_session_run *run)
+{
+        json_t *msg = json_pack("{s:s, s:s%, s:i, s:i, s:i}", "op", "run", "code", run->code,
+                                run->code_len, "cell", (int)++s->cell, "return_max",
+                                SESSION_RETURN_MAX, "host_budget",
+                                (int)(run->host_budget ? run->host_budget : SESSION_HOST_BUDGET));
+        if (msg && run->functions)
+                json_object_set(msg, "functions", run->functions);
+        return msg;
+}
+
+int cage_session_run(struct cage_session *s, const struct cage_session_run *run, json_t **ret,
+                     struct cage_error *err)
+{
+        struct run_state st = {.s = s, .run = run};
+        struct cage_box_usage u0 = {0};
+        if (run->code_len > SESSION_CODE_MAX)
+                return cage_fail(err, -E2BIG, "code: more than %d bytes", SESSION_CODE_MAX);
+        if (!cage_session_alive(s))
+                return cage_fail(err, -ESRCH, "the Python session is gone");
+        uint64_t t0 = now_ms();
+        st.deadline = t0 + run->timeout_ms;
+        (void)cage_box_proc_usage(s->proc, &u0);
+        if (output_capture_init(&st.out, run->output_max_bytes) < 0 ||
+            output_capture_init(&st.errc, run->output_max_bytes) < 0) {
+                output_capture_free(&st.out);
+                return cage_fail(err, -ENOMEM, "output buffers");
+        }
+        json_t *msg = run_message(s, run);
+        int r = msg ? send_frame(s, msg, NULL, 0, st.deadline) : -ENOMEM;
+        json_decref(msg);
+        if (r < 0)
+                st.lost = true;
+        else
+                watch(&st);
+        if (st.lost)
+                s->dead = true;
+        *ret = build_result(&st, t0, &u0);
+        json_decref(st.done);
+        output_capture_free(&st.out);
+        output_capture_free(&st.errc);
+        return *ret ? 0 : cage_fail(err, -ENOMEM, "result");
+}
