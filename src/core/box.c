@@ -340,15 +340,20 @@ bool cage_box_alive(struct cage_box *box)
         return alive;
 }
 
-void cage_box_kill(struct cage_box *box)
+void cage_box_kill_init(struct cage_box *box)
 {
         pthread_mutex_lock(&box->lock);
         box->killed = true;
-        /* SIGKILL to pid 1 ends the whole pid namespace; the cgroup kill
-         * also catches anything outside it. */
+        /* SIGKILL to pid 1 ends the whole pid namespace. */
         if (box->pidfd >= 0 && !box->reaped)
                 syscall(SYS_pidfd_send_signal, box->pidfd, SIGKILL, NULL, 0);
         pthread_mutex_unlock(&box->lock);
+}
+
+void cage_box_kill(struct cage_box *box)
+{
+        cage_box_kill_init(box);
+        /* The cgroup kill also catches anything outside the pid namespace. */
         if (box->cg)
                 cage_cgroup_kill(box->cg);
 }

@@ -69,8 +69,9 @@ int cage_box_proc_status_fd(const struct cage_box_proc *p);
 bool cage_box_proc_exited(struct cage_box_proc *p, int *ret_wait_status);
 /* Signals its process group (e.g. SIGINT for a timeout). */
 void cage_box_proc_signal(struct cage_box_proc *p, int sig);
-/* CPU time and peak memory of its cgroup so far; oom_kills of the sandbox. */
-int cage_box_proc_usage(struct cage_box_proc *p, struct cage_box_usage *ret);
+/* CPU time and peak memory of its cgroup so far; with_oom: also the
+ * sandbox's OOM kills (one more read). */
+int cage_box_proc_usage(struct cage_box_proc *p, struct cage_box_usage *ret, bool with_oom);
 struct cage_box_proc *cage_box_proc_free(struct cage_box_proc *p);
 
 /* Whether pid 1 is still there (it is gone after an OOM kill of it, or a
@@ -88,6 +89,9 @@ gid_t cage_box_host_gid(const struct cage_box *box);
  * run on other threads (they end at once, status "cancelled" with a
  * reason saying the sandbox was stopped). */
 void cage_box_kill(struct cage_box *box);
+/* Only the SIGKILL to pid 1 (which ends its pid namespace at once): the
+ * cheap half of cage_box_kill, for callers that destroy the box later. */
+void cage_box_kill_init(struct cage_box *box);
 
 /* Kills what is left, removes the sandbox's cgroup, releases its uid slot
  * and frees. The caller guarantees no exec is still running on the box

@@ -674,7 +674,7 @@ void cage_box_proc_signal(struct cage_box_proc *p, int sig)
         signal_exec(&p->st, sig);
 }
 
-int cage_box_proc_usage(struct cage_box_proc *p, struct cage_box_usage *ret)
+int cage_box_proc_usage(struct cage_box_proc *p, struct cage_box_usage *ret, bool with_oom)
 {
         struct cgroup_stats s = {0};
         memset(ret, 0, sizeof(*ret));
@@ -683,7 +683,8 @@ int cage_box_proc_usage(struct cage_box_proc *p, struct cage_box_usage *ret)
         int r = cage_cgroup_stats(p->st.cg, &s);
         ret->cpu_ms = s.cpu_usage_ns / 1000000ULL;
         ret->memory_bytes = s.peak_memory_bytes;
-        ret->oom_kills = oom_kills_now(p->st.box);
+        if (with_oom)
+                ret->oom_kills = oom_kills_now(p->st.box);
         return r;
 }
 

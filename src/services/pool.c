@@ -23,6 +23,12 @@ struct pool_entry {
 
 struct cage_pool {
         const struct cage_config *cfg;
+        /* Used sandboxes waiting to be destroyed off the request path. */
+        struct pool_entry *dead;
+        unsigned n_dead;
+        bool disposer_running;
+        pthread_t disposer;
+        pthread_cond_t dead_cond;
         unsigned size;
         struct svc_spec *spec;
         char *policy; /* the spec's doc without per-run fields, serialised */
@@ -56,6 +62,28 @@ static char *policy_of(const struct svc_spec *spec)
         return s;
 }
 
+static void destroy_entry(struct pool_entry *e)
+{
+        cage_session_free(e->session);
+        cage_box_destroy(e->box);
+        free(e);
+}
+
+/* One run of nothing, so the first real run does not pay for what the
+ * interpreter does once (compiling the run path, first page faults). It
+ * runs no user code and leaves the namespace as it was. */
+static int warm_up(struct cage_session *s)
+{
+        struct cage_session_run run = {
+                .code = "None", .code_len = 4, .timeout_ms = 10000, .cancel_fd = -1};
+        json_t *res = NULL;
+        int r = cage_session_run(s, &run, &res, NULL);
+        bool ok = r == 0 && json_is_false(json_object_get(res, "state_lost")) &&
+                  strcmp(json_string_value(json_object_get(res, "status")), "ok") == 0;
+        json_decref(res);
+        return ok ? 0 : -EIO;
+}
+
 static int start_entry(struct cage_pool *p, struct pool_entry **ret)
 {
         _cleanup_free_ char *env = NULL;
@@ -68,14 +96,55 @@ static int start_entry(struct cage_pool *p, struct pool_entry **ret)
                 r = cage_box_start(&spec, &e->box, NULL);
         if (r == 0)
                 r = cage_session_start(e->box, NULL, &e->session, NULL);
+        if (r == 0)
+                r = warm_up(e->session);
         if (r < 0) {
-                cage_session_free(e->session);
-                cage_box_destroy(e->box);
-                free(e);
+                destroy_entry(e);
                 return r;
         }
         *ret = e;
         return 0;
+}
+
+static void *dispose_main(void *arg)
+{
+        struct cage_pool *p = arg;
+        pthread_mutex_lock(&p->lock);
+        for (;;) {
+                while (!p->dead && !p->stop)
+                        pthread_cond_wait(&p->dead_cond, &p->lock);
+                struct pool_entry *e = p->dead;
+                if (!e)
+                        break; /* stopping, nothing left */
+                p->dead = e->next;
+                p->n_dead--;
+                pthread_mutex_unlock(&p->lock);
+                destroy_entry(e);
+                pthread_mutex_lock(&p->lock);
+        }
+        pthread_mutex_unlock(&p->lock);
+        return NULL;
+}
+
+void cage_pool_dispose(struct cage_pool *p, struct cage_box *box, struct cage_session *session)
+{
+        struct pool_entry *e = calloc(1, sizeof(*e));
+        if (!e || !p->disposer_running) {
+                free(e);
+                cage_session_free(session);
+                cage_box_destroy(box);
+                return;
+        }
+        /* Nothing of it may run on: kill now, tear down later. */
+        cage_box_kill_init(box);
+        e->box = box;
+        e->session = session;
+        pthread_mutex_lock(&p->lock);
+        e->next = p->dead;
+        p->dead = e;
+        p->n_dead++;
+        pthread_cond_signal(&p->dead_cond);
+        pthread_mutex_unlock(&p->lock);
 }
 
 static void *refill_main(void *arg)
@@ -124,7 +193,14 @@ int cage_pool_open(const struct cage_config *cfg, unsigned size, struct cage_poo
         p->size = size;
         pthread_mutex_init(&p->lock, NULL);
         pthread_cond_init(&p->cond, NULL);
+        pthread_cond_init(&p->dead_cond, NULL);
         int r = svc_spec_parse(cfg, empty, false, NULL, &p->spec, err);
+        if (r == 0) {
+                r = -pthread_create(&p->disposer, NULL, dispose_main, p);
+                p->disposer_running = r == 0;
+                if (r < 0)
+                        cage_fail(err, r, "starting the pool's disposer thread");
+        }
         json_decref(empty);
         if (r == 0 && !(p->policy = policy_of(p->spec)))
                 r = cage_fail(err, -ENOMEM, "pool");
@@ -146,23 +222,24 @@ struct cage_pool *cage_pool_close(struct cage_pool *p)
 {
         if (!p)
                 return NULL;
-        if (p->thread_running) {
-                pthread_mutex_lock(&p->lock);
-                p->stop = true;
-                pthread_cond_broadcast(&p->cond);
-                pthread_mutex_unlock(&p->lock);
+        pthread_mutex_lock(&p->lock);
+        p->stop = true;
+        pthread_cond_broadcast(&p->cond);
+        pthread_cond_broadcast(&p->dead_cond);
+        pthread_mutex_unlock(&p->lock);
+        if (p->thread_running)
                 pthread_join(p->thread, NULL);
-        }
+        if (p->disposer_running)
+                pthread_join(p->disposer, NULL);
         for (struct pool_entry *e = p->ready, *next; e; e = next) {
                 next = e->next;
-                cage_session_free(e->session);
-                cage_box_destroy(e->box);
-                free(e);
+                destroy_entry(e);
         }
         svc_spec_free(p->spec);
         free(p->policy);
         pthread_mutex_destroy(&p->lock);
         pthread_cond_destroy(&p->cond);
+        pthread_cond_destroy(&p->dead_cond);
         free(p);
         return NULL;
 }

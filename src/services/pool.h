@@ -30,6 +30,10 @@ bool cage_pool_serves(const struct cage_pool *p, const struct svc_spec *spec);
 bool cage_pool_take(struct cage_pool *p, struct cage_box **box, struct cage_session **session);
 /* Counts a run the pool could not serve because of its policy. */
 void cage_pool_note_cold(struct cage_pool *p);
+/* Destroys a used one-shot sandbox (and its session, may be NULL) off the
+ * caller's path: everything in it is killed now, the rest is torn down by
+ * a background thread. */
+void cage_pool_dispose(struct cage_pool *p, struct cage_box *box, struct cage_session *session);
 /* {size, ready, hits, misses, cold, started, failed, avg_start_ms} */
 json_t *cage_pool_stats(struct cage_pool *p);
 

@@ -514,7 +514,8 @@ int cage_service_run(struct cage_service *svc, const char *tenant, const json_t 
         }
         if (c.ws >= 0)
                 close(c.ws);
-        cage_box_destroy(c.box);
+        if (c.box)
+                cage_pool_dispose(svc->pool, c.box, NULL);
         cage_result_free(&res);
         json_decref(artifacts);
         cage_artifact_snapshot_free(c.before);

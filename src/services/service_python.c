@@ -300,8 +300,10 @@ static int run_oneshot(struct cage_service *svc, const char *tenant, const json_
         }
         if (o.ws >= 0)
                 close(o.ws);
-        cage_session_free(o.session);
-        cage_box_destroy(o.box);
+        if (o.box)
+                cage_pool_dispose(svc->pool, o.box, o.session);
+        else
+                cage_session_free(o.session);
         cage_artifact_snapshot_free(o.before);
         svc_spec_free(o.spec);
         return r;

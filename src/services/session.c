@@ -42,7 +42,8 @@ struct cage_session {
         uint32_t cell;
         bool dead;
         struct frame_reader rd;
-        _Atomic bool interrupting;
+        uint64_t cpu_ms;    /* the driver's CPU time at the end of the last call */
+        uint64_t oom_kills; /* the sandbox's OOM kills when that was read last */
 };
 
 static uint64_t now_ms(void)
@@ -92,10 +93,14 @@ static int send_frame(struct cage_session *s, json_t *msg, const void *blob, siz
         size_t len = strlen(text);
         if (len > SESSION_JSON_MAX || blob_len > SESSION_TEXT_MAX)
                 return -E2BIG;
+        /* Header and JSON in one write: one wakeup of the driver, not two. */
+        _cleanup_free_ char *head = malloc(8 + len);
+        if (!head)
+                return -ENOMEM;
         uint32_t hdr[2] = {htonl((uint32_t)len), htonl((uint32_t)blob_len)};
-        int r = write_full(s->chan, hdr, sizeof(hdr), deadline);
-        if (r == 0)
-                r = write_full(s->chan, text, len, deadline);
+        memcpy(head, hdr, 8);
+        memcpy(head + 8, text, len);
+        int r = write_full(s->chan, head, 8 + len, deadline);
         if (r == 0 && blob_len)
                 r = write_full(s->chan, blob, blob_len, deadline);
         if (r < 0)
@@ -222,6 +227,11 @@ int cage_session_start(struct cage_box *box, char *const *env, struct cage_sessi
         }
         drain_fd(cage_box_proc_stdout(s->proc));
         drain_fd(cage_box_proc_stderr(s->proc));
+        struct cage_box_usage u;
+        if (cage_box_proc_usage(s->proc, &u, true) == 0) {
+                s->cpu_ms = u.cpu_ms;
+                s->oom_kills = u.oom_kills;
+        }
         *ret = s;
         return 0;
 }
@@ -453,15 +463,17 @@ static void copy_done(json_t *o, const json_t *done)
         }
 }
 
-static json_t *build_result(struct run_state *st, uint64_t t0, const struct cage_box_usage *u0)
+static json_t *build_result(struct run_state *st, uint64_t t0)
 {
         struct cage_result res = {.exit_code = -1};
         struct cage_box_usage u = {0};
+        struct cage_session *s = st->s;
         res.status = verdict(st, res.reason, sizeof(res.reason));
-        (void)cage_box_proc_usage(st->s->proc, &u);
-        res.cpu_ms = u.cpu_ms - (u.cpu_ms >= u0->cpu_ms ? u0->cpu_ms : u.cpu_ms);
+        (void)cage_box_proc_usage(s->proc, &u, st->lost);
+        res.cpu_ms = u.cpu_ms >= s->cpu_ms ? u.cpu_ms - s->cpu_ms : 0;
+        s->cpu_ms = u.cpu_ms;
         res.peak_memory_bytes = u.memory_bytes;
-        if (st->lost && u.oom_kills > u0->oom_kills) {
+        if (st->lost && u.oom_kills > s->oom_kills) {
                 res.status = CAGE_STATUS_OOM;
                 snprintf(res.reason, sizeof(res.reason),
                          "out of memory: the session was restarted and its variables are lost");
@@ -505,14 +517,12 @@ int cage_session_run(struct cage_session *s, const struct cage_session_run *run,
                      struct cage_error *err)
 {
         struct run_state st = {.s = s, .run = run};
-        struct cage_box_usage u0 = {0};
         if (run->code_len > SESSION_CODE_MAX)
                 return cage_fail(err, -E2BIG, "code: more than %d bytes", SESSION_CODE_MAX);
         if (!cage_session_alive(s))
                 return cage_fail(err, -ESRCH, "the Python session is gone");
         uint64_t t0 = now_ms();
         st.deadline = t0 + run->timeout_ms;
-        (void)cage_box_proc_usage(s->proc, &u0);
         if (output_capture_init(&st.out, run->output_max_bytes) < 0 ||
             output_capture_init(&st.errc, run->output_max_bytes) < 0) {
                 output_capture_free(&st.out);
@@ -527,7 +537,7 @@ int cage_session_run(struct cage_session *s, const struct cage_session_run *run,
                 watch(&st);
         if (st.lost)
                 s->dead = true;
-        *ret = build_result(&st, t0, &u0);
+        *ret = build_result(&st, t0);
         json_decref(st.done);
         output_capture_free(&st.out);
         output_capture_free(&st.errc);

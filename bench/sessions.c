@@ -1,0 +1,353 @@
+/* Sessions and the warm pool against their baselines, measured in this one
+ * process so every number sees the same machine:
+ *
+ *   bare python3 -c 'print(1)'        a process per run (posix_spawn + wait)
+ *   python REPL loop over pipes       one python3 reading code lines, exec'ing
+ *   session round trip, C API         cage_session_run("x + 1")
+ *   one-shot print(1), pooled         cage_service_python_run, pool warm
+ *   one-shot print(1), cold           the same with a policy no pool serves
+ *   sustained one-shot throughput     2 client threads, each run a fresh sandbox
+ *   memory per idle session           N live sessions: MemAvailable drop / N
+ *
+ * Usage (root): build/bench/bench-sessions [--rounds N] [--sessions N]
+ *               [--seconds S] [--data DIR] */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/box.h"
+#include "services/config.h"
+#include "services/service.h"
+#include "services/session.h"
+
+extern char **environ;
+
+static int rounds = 200, n_sessions = 100, seconds = 10;
+static const char *data_dir = "/tmp/codecage-bench";
+
+static double now_ms(void)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+        double x = *(const double *)a, y = *(const double *)b;
+        return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+        qsort(v, (size_t)n, sizeof(*v), cmp_double);
+        return n ? v[n / 2] : 0;
+}
+
+static double p90(double *v, int n)
+{
+        qsort(v, (size_t)n, sizeof(*v), cmp_double);
+        return n ? v[n * 9 / 10] : 0;
+}
+
+static void report(const char *what, double *v, int n)
+{
+        double p = p90(v, n), m = median(v, n);
+        printf("  %-34s median %9.3f ms   p90 %9.3f ms   (n=%d)\n", what, m, p, n);
+}
+
+/* ---- baselines ---- */
+
+static double bare_python_ms(void)
+{
+        char *argv[] = {"/usr/bin/python3", "-c", "print(1)", NULL};
+        posix_spawn_file_actions_t fa;
+        posix_spawn_file_actions_init(&fa);
+        posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+        double t0 = now_ms();
+        pid_t pid;
+        int status;
+        if (posix_spawn(&pid, argv[0], &fa, NULL, argv, environ) == 0)
+                waitpid(pid, &status, 0);
+        posix_spawn_file_actions_destroy(&fa);
+        return now_ms() - t0;
+}
+
+/* A plain REPL over pipes: the smallest thing a session could be. */
+struct repl {
+        pid_t pid;
+        FILE *in, *out;
+};
+
+static int repl_start(struct repl *r)
+{
+        static const char loop[] =
+                "import sys\nns = {}\nfor line in sys.stdin:\n"
+                "    print(repr(eval(compile(line, '<in>', 'eval'), ns)), flush=True)\n";
+        int to[2], from[2];
+        if (pipe(to) < 0 || pipe(from) < 0)
+                return -1;
+        char *argv[] = {"/usr/bin/python3", "-I", "-c", (char *)loop, NULL};
+        posix_spawn_file_actions_t fa;
+        posix_spawn_file_actions_init(&fa);
+        posix_spawn_file_actions_adddup2(&fa, to[0], 0);
+        posix_spawn_file_actions_adddup2(&fa, from[1], 1);
+        posix_spawn_file_actions_addclose(&fa, to[1]);
+        posix_spawn_file_actions_addclose(&fa, from[0]);
+        int e = posix_spawn(&r->pid, argv[0], &fa, NULL, argv, environ);
+        posix_spawn_file_actions_destroy(&fa);
+        close(to[0]);
+        close(from[1]);
+        r->in = fdopen(to[1], "w");
+        r->out = fdopen(from[0], "r");
+        return e ? -1 : 0;
+}
+
+static double repl_round_ms(struct repl *r)
+{
+        char line[256];
+        double t0 = now_ms();
+        fputs("1 + 1\n", r->in);
+        fflush(r->in);
+        if (!fgets(line, sizeof(line), r->out))
+                return -1;
+        return now_ms() - t0;
+}
+
+/* ---- codecage ---- */
+
+static double session_round_ms(struct cage_session *s)
+{
+        struct cage_session_run run = {.code = "x + 1",
+                                       .code_len = 5,
+                                       .timeout_ms = 10000,
+                                       .output_max_bytes = 65536,
+                                       .cancel_fd = -1};
+        struct cage_error err = {0};
+        json_t *res = NULL;
+        double t0 = now_ms();
+        int r = cage_session_run(s, &run, &res, &err);
+        double dt = now_ms() - t0;
+        json_decref(res);
+        return r < 0 ? -1 : dt;
+}
+
+static double oneshot_ms(struct cage_service *svc, const char *request)
+{
+        json_t *req = json_loads(request, 0, NULL), *res = NULL;
+        struct cage_error err = {0};
+        double t0 = now_ms();
+        int r = cage_service_python_run(svc, CAGE_SERVICE_DEFAULT_TENANT, NULL, req, NULL, NULL,
+                                        &res, &err);
+        double dt = now_ms() - t0;
+        if (r < 0)
+                fprintf(stderr, "bench: one-shot run failed: %s\n", err.message);
+        json_decref(req);
+        json_decref(res);
+        return r < 0 ? -1 : dt;
+}
+
+static int pool_ready(struct cage_service *svc)
+{
+        json_t *st = cage_service_pool_stats(svc);
+        int n = (int)json_integer_value(json_object_get(st, "ready"));
+        json_decref(st);
+        return n;
+}
+
+static void wait_pool(struct cage_service *svc)
+{
+        for (int i = 0; i < 2000 && pool_ready(svc) < 1; i++)
+                usleep(5000);
+}
+
+struct load {
+        struct cage_service *svc;
+        double until;
+        int runs, failed;
+};
+
+static void *load_main(void *arg)
+{
+        struct load *l = arg;
+        while (now_ms() < l->until) {
+                if (oneshot_ms(l->svc, "{\"code\": \"print(1)\"}") < 0)
+                        l->failed++;
+                else
+                        l->runs++;
+        }
+        return NULL;
+}
+
+static long mem_available_kib(void)
+{
+        char line[256];
+        long kib = -1;
+        FILE *f = fopen("/proc/meminfo", "re");
+        while (f && fgets(line, sizeof(line), f))
+                if (sscanf(line, "MemAvailable: %ld kB", &kib) == 1)
+                        break;
+        if (f)
+                fclose(f);
+        return kib;
+}
+
+/* ---- the runs ---- */
+
+static void bench_baselines_and_session(double *bare_median)
+{
+        double *a = calloc((size_t)rounds, sizeof(double)), *b = calloc((size_t)rounds, 8),
+               *c = calloc((size_t)rounds, sizeof(double));
+        struct repl repl;
+        struct cage_spec spec;
+        struct cage_box *box = NULL;
+        struct cage_session *s = NULL;
+        struct cage_error err = {0};
+        cage_spec_init(&spec);
+        if (repl_start(&repl) < 0 || cage_box_start(&spec, &box, &err) < 0 ||
+            cage_session_start(box, NULL, &s, &err) < 0) {
+                fprintf(stderr, "bench: setup failed: %s\n", err.message);
+                exit(1);
+        }
+        struct cage_session_run warm = {
+                .code = "x = 1", .code_len = 5, .timeout_ms = 10000, .cancel_fd = -1};
+        json_t *res = NULL;
+        cage_session_run(s, &warm, &res, &err);
+        json_decref(res);
+        for (int i = 0; i < rounds; i++) { /* interleaved */
+                a[i] = bare_python_ms();
+                b[i] = repl_round_ms(&repl);
+                c[i] = session_round_ms(s);
+        }
+        printf("round trips (%d rounds, interleaved):\n", rounds);
+        report("bare python3 -c 'print(1)'", a, rounds);
+        report("python REPL loop over pipes", b, rounds);
+        report("session x + 1 (C API)", c, rounds);
+        *bare_median = median(a, rounds);
+        printf("  session overhead over the pipe REPL: %.3f ms   (bar: session < 0.3 ms)\n",
+               median(c, rounds) - median(b, rounds));
+        cage_session_free(s);
+        cage_box_destroy(box);
+        fclose(repl.in);
+        fclose(repl.out);
+        waitpid(repl.pid, NULL, 0);
+        free(a);
+        free(b);
+        free(c);
+}
+
+static void bench_oneshot(struct cage_service *svc, double bare)
+{
+        int n = rounds / 4 ? rounds / 4 : 1;
+        double *p = calloc((size_t)n, sizeof(double)), *c = calloc((size_t)n, sizeof(double));
+        for (int i = 0; i < n; i++) {
+                wait_pool(svc);
+                p[i] = oneshot_ms(svc, "{\"code\": \"print(1)\"}");
+                c[i] = oneshot_ms(svc, "{\"code\": \"print(1)\", \"memory_mib\": 256}");
+        }
+        printf("one-shot print(1) (%d rounds):\n", n);
+        report("pooled (pool warm)", p, n);
+        report("cold (policy no pool serves)", c, n);
+        printf("  ratio pooled/bare %.2fx (bar: < 0.25x)   cold/bare %.2fx\n", median(p, n) / bare,
+               median(c, n) / bare);
+        free(p);
+        free(c);
+}
+
+static void bench_throughput(struct cage_service *svc)
+{
+        struct load l[2];
+        pthread_t t[2];
+        double until = now_ms() + seconds * 1000.0;
+        for (int i = 0; i < 2; i++) {
+                l[i] = (struct load){.svc = svc, .until = until};
+                pthread_create(&t[i], NULL, load_main, &l[i]);
+        }
+        for (int i = 0; i < 2; i++)
+                pthread_join(t[i], NULL);
+        json_t *st = cage_service_pool_stats(svc);
+        char *stats = json_dumps(st, JSON_COMPACT);
+        printf("sustained one-shot throughput, 2 client threads, %d s:\n", seconds);
+        printf("  %.1f runs/s (%d failed); pool %s\n", (l[0].runs + l[1].runs) / (double)seconds,
+               l[0].failed + l[1].failed, stats);
+        free(stats);
+        json_decref(st);
+}
+
+static void bench_memory(void)
+{
+        struct cage_box **boxes = calloc((size_t)n_sessions, sizeof(*boxes));
+        struct cage_session **sessions = calloc((size_t)n_sessions, sizeof(*sessions));
+        struct cage_spec spec;
+        struct cage_error err = {0};
+        cage_spec_init(&spec);
+        sleep(1);
+        long before = mem_available_kib();
+        int live = 0;
+        for (; live < n_sessions; live++)
+                if (cage_box_start(&spec, &boxes[live], &err) < 0 ||
+                    cage_session_start(boxes[live], NULL, &sessions[live], &err) < 0) {
+                        fprintf(stderr, "bench: session %d: %s\n", live, err.message);
+                        break;
+                }
+        sleep(2);
+        long after = mem_available_kib();
+        printf("memory per idle session (%d live):\n", live);
+        printf("  %.2f MiB each (MemAvailable drop / sessions; bar: <= 6 MiB)\n",
+               live ? (double)(before - after) / 1024.0 / live : 0);
+        for (int i = 0; i < live; i++) {
+                cage_session_free(sessions[i]);
+                cage_box_destroy(boxes[i]);
+        }
+        free(boxes);
+        free(sessions);
+}
+
+int main(int argc, char **argv)
+{
+        static const struct option opts[] = {{"rounds", required_argument, NULL, 'r'},
+                                             {"sessions", required_argument, NULL, 's'},
+                                             {"seconds", required_argument, NULL, 't'},
+                                             {"data", required_argument, NULL, 'd'},
+                                             {0}};
+        for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
+                if (c == 'r')
+                        rounds = atoi(optarg);
+                else if (c == 's')
+                        n_sessions = atoi(optarg);
+                else if (c == 't')
+                        seconds = atoi(optarg);
+                else if (c == 'd')
+                        data_dir = optarg;
+                else
+                        return 2;
+        }
+        char cfg_text[512];
+        snprintf(cfg_text, sizeof(cfg_text),
+                 "{\"data_dir\": \"%s\", \"pool_size\": 4, \"listen\": {\"unix\": null}}",
+                 data_dir);
+        struct cage_config *cfg = NULL;
+        struct cage_service *svc = NULL;
+        struct cage_error err = {0};
+        if (cage_config_parse(cfg_text, strlen(cfg_text), &cfg, &err) < 0 ||
+            cage_service_open(cfg, &svc, &err) < 0) {
+                fprintf(stderr, "bench: %s\n", err.message);
+                return 1;
+        }
+        double bare = 0;
+        bench_baselines_and_session(&bare);
+        bench_oneshot(svc, bare);
+        bench_throughput(svc);
+        bench_memory();
+        cage_service_close(svc);
+        cage_config_free(cfg);
+        return 0;
+}
