@@ -28,7 +28,7 @@ stage() {
 
 stage meson test -C build --suite unit --print-errorlogs
 stage meson test -C build-asan --suite unit --print-errorlogs
-stage env CODECAGE_BUILD=build /usr/bin/python3 -m pytest -q -p no:cacheprovider -c tests/pytest.ini --rootdir tests tests/integration tests/security
+stage env CODECAGE_BUILD=build /usr/bin/python3 -m pytest -q -p no:cacheprovider -c tests/pytest.ini --rootdir tests tests/integration tests/security tests/runtime
 stage env CODECAGE_BUILD=build-asan /usr/bin/python3 -m pytest -q -p no:cacheprovider -c tests/pytest.ini --rootdir tests tests/integration tests/security
 
 # One closing line over every stage.

@@ -503,7 +503,7 @@ class Session:
         if not isinstance(name, str):
             raise BadRequest("run: functions must be names")
         if name not in self.host:
-            self.host[identifier(name)] = host_function(self.host_call, name)
+            self.host[name] = host_function(self.host_call, identifier(name))
         self.ns[name] = self.host[name]
 
     # -- host calls --
@@ -666,6 +666,9 @@ class Session:
 
 def main():
     channel = Channel(CHANNEL_FD)
+    # -I leaves the working directory (/workspace) off sys.path; code may
+    # import the modules it wrote there, as in any REPL.
+    sys.path.insert(0, os.getcwd())
     if sys.stdout is not None:
         sys.stdout.reconfigure(line_buffering=True)
     Session(channel).serve()

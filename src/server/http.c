@@ -219,11 +219,16 @@ static enum MHD_Result check_headers(struct http_request *req, struct MHD_Connec
                 snprintf(req->tenant, sizeof(req->tenant), "%s", CAGE_SERVICE_DEFAULT_TENANT);
         } else {
                 const struct cage_tenant *t = authenticate(ctx, conn);
-                if (!t)
+                if (!t) {
+                        const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                                    MHD_HTTP_HEADER_AUTHORIZATION);
+                        cage_service_audit_auth_deny(ctx->svc, h ? "bad_token" : "missing_token",
+                                                     NULL, req->method, req->raw_uri);
                         return respond_error(req, conn, 401,
                                              "a valid \"Authorization: Bearer TOKEN\" header is "
                                              "required",
                                              NULL);
+                }
                 snprintf(req->tenant, sizeof(req->tenant), "%s", t->name);
         }
         if ((req->match.flags & ROUTE_JSON_BODY) &&

@@ -77,6 +77,30 @@ void svc_audit(struct cage_service *svc, enum cage_audit_event ev, const char *t
         json_decref(fields);
 }
 
+void cage_service_audit_auth_deny(struct cage_service *svc, const char *reason, const char *remote,
+                                  const char *method, const char *route)
+{
+        svc_audit(svc, CAGE_AUDIT_AUTH_DENY, NULL, NULL, NULL,
+                  json_pack("{s:s, s:s?, s:s?, s:s?}", "reason", reason, "remote", remote, "method",
+                            method, "route", route));
+}
+
+/* Records a request refused by policy (-EPERM: a limit, a mount, the
+ * quota; -ELOOP/-EXDEV: a path leading out of the workspace). */
+void svc_audit_denied(struct cage_service *svc, int r, const char *tenant, const char *sandbox,
+                      const struct cage_error *err)
+{
+        if (r != -EPERM && r != -ELOOP && r != -EXDEV)
+                return;
+        char field[65] = "";
+        const char *colon = strchr(err->message, ':');
+        if (colon && colon - err->message < 64 && !memchr(err->message, ' ', colon - err->message))
+                snprintf(field, sizeof(field), "%.*s", (int)(colon - err->message), err->message);
+        svc_audit(
+                svc, CAGE_AUDIT_POLICY_DENY, tenant, sandbox, NULL,
+                json_pack("{s:s, s:s?}", "reason", err->message, "field", field[0] ? field : NULL));
+}
+
 /* ---- registry ---- */
 
 static struct sb *sb_new(struct cage_service *svc, const char *tenant, const char *name,
@@ -374,10 +398,10 @@ int cage_service_sandbox_create(struct cage_service *svc, const char *tenant, co
         struct svc_spec *parsed = NULL;
         struct sb *sb = NULL;
         int r = svc_spec_parse(svc->cfg, spec, true, NULL, &parsed, err);
-        if (r < 0)
-                return r;
-        if ((r = reserve(svc, tenant, parsed, &sb, err)) < 0) {
+        if (r == 0 && (r = reserve(svc, tenant, parsed, &sb, err)) < 0)
                 svc_spec_free(parsed);
+        if (r < 0) {
+                svc_audit_denied(svc, r, tenant, NULL, err);
                 return r;
         }
         r = persist_new(svc, sb, err);

@@ -307,6 +307,7 @@ int cage_service_exec(struct cage_service *svc, const char *tenant, const char *
         if (r == 0)
                 r = svc_enter(sb, &restarted, &box, &ws, err);
         if (r < 0) {
+                svc_audit_denied(svc, r, tenant, name, err);
                 exec_req_free(&q);
                 svc_unref(sb);
                 return r;
@@ -521,6 +522,7 @@ int cage_service_run(struct cage_service *svc, const char *tenant, const json_t 
         cage_artifact_snapshot_free(c.before);
         exec_req_free(&c.q);
         svc_spec_free(c.spec);
+        svc_audit_denied(svc, r, tenant, NULL, err);
         return r;
 }
 

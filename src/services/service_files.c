@@ -48,6 +48,7 @@ int cage_service_file_write(struct cage_service *svc, const char *tenant, const 
         if (ws < 0)
                 return ws;
         int r = cage_files_write(ws, path, data, len, err);
+        svc_audit_denied(svc, r, tenant, name, err);
         if (r == 0)
                 audit_file(sb, CAGE_AUDIT_FILE_WRITE, path, (long long)len);
         svc_unref(sb);
@@ -63,6 +64,7 @@ int cage_service_file_read(struct cage_service *svc, const char *tenant, const c
         if (ws < 0)
                 return ws;
         int r = cage_files_read(ws, path, max, ret_data, ret_len, err);
+        svc_audit_denied(svc, r, tenant, name, err);
         if (r == 0)
                 audit_file(sb, CAGE_AUDIT_FILE_READ, path, (long long)*ret_len);
         svc_unref(sb);
@@ -77,6 +79,7 @@ int cage_service_file_list(struct cage_service *svc, const char *tenant, const c
         if (ws < 0)
                 return ws;
         int r = cage_files_list(ws, path ? path : "", ret, err);
+        svc_audit_denied(svc, r, tenant, name, err);
         svc_unref(sb);
         return r;
 }
@@ -89,6 +92,7 @@ int cage_service_file_stat(struct cage_service *svc, const char *tenant, const c
         if (ws < 0)
                 return ws;
         int r = cage_files_stat(ws, path, ret, err);
+        svc_audit_denied(svc, r, tenant, name, err);
         svc_unref(sb);
         return r;
 }
@@ -101,6 +105,7 @@ int cage_service_file_mkdir(struct cage_service *svc, const char *tenant, const 
         if (ws < 0)
                 return ws;
         int r = cage_files_mkdir(ws, path, err);
+        svc_audit_denied(svc, r, tenant, name, err);
         if (r == 0)
                 audit_file(sb, CAGE_AUDIT_FILE_WRITE, path, -1);
         svc_unref(sb);
@@ -115,6 +120,7 @@ int cage_service_file_delete(struct cage_service *svc, const char *tenant, const
         if (ws < 0)
                 return ws;
         int r = cage_files_delete(ws, path, recursive, err);
+        svc_audit_denied(svc, r, tenant, name, err);
         if (r == 0)
                 audit_file(sb, CAGE_AUDIT_FILE_DELETE, path, -1);
         svc_unref(sb);

@@ -91,6 +91,10 @@ int svc_workspace_fd(struct sb *sb, struct cage_error *err);
 void svc_audit(struct cage_service *svc, enum cage_audit_event ev, const char *tenant,
                const char *sandbox, json_t *labels, json_t *fields);
 
+/* A policy.deny record when r is a refusal by policy. */
+void svc_audit_denied(struct cage_service *svc, int r, const char *tenant, const char *sandbox,
+                      const struct cage_error *err);
+
 /* The result contract as JSON, with secrets redacted from the text. */
 json_t *svc_result_json(struct cage_service *svc, struct cage_result *res, json_t *artifacts);
 

@@ -314,9 +314,10 @@ int cage_service_python_run(struct cage_service *svc, const char *tenant, const 
                             const struct cage_service_host *host, json_t **ret,
                             struct cage_error *err)
 {
-        if (name)
-                return run_named(svc, tenant, name, req, io, host, ret, err);
-        return run_oneshot(svc, tenant, req, io, host, ret, err);
+        int r = name ? run_named(svc, tenant, name, req, io, host, ret, err)
+                     : run_oneshot(svc, tenant, req, io, host, ret, err);
+        svc_audit_denied(svc, r, tenant, name, err);
+        return r;
 }
 
 json_t *cage_service_pool_stats(struct cage_service *svc)

@@ -224,3 +224,21 @@ def test_one_shot_run_keeps_artifacts_for_download(server):
                                       "files": [{"path": "in.txt", "content": "aGk=",
                                                  "encoding": "base64"}]})
     assert r2["stdout"] == "hi"
+
+
+def test_refusals_are_audited(tmp_path):
+    server = Server(tmp_path, tenants={"alice": TOKEN_A})
+    try:
+        r = server.request("POST", "/v1/sandboxes", {"name": "big", "memory_mib": 10 ** 7},
+                           token=TOKEN_A)
+        assert r.status == 403
+        assert server.request("GET", "/v1/sandboxes", token="wrong-" + "x" * 20).status == 401
+        assert server.request("GET", "/v1/sandboxes").status == 401
+        records = server.audit_records()
+        deny = [r for r in records if r["event"] == "policy.deny"]
+        assert deny and deny[0]["tenant"] == "alice" and deny[0]["field"] == "memory_mib"
+        auth = [r["reason"] for r in records if r["event"] == "auth.deny"]
+        assert auth == ["bad_token", "missing_token"]
+        assert "wrong-" not in server.audit_path.read_text()
+    finally:
+        server.stop()
