@@ -385,8 +385,14 @@ int cage_box_usage(struct cage_box *box, struct cage_box_usage *ret)
         int r = cage_cgroup_stats(box->cg, &s);
         ret->cpu_ms = s.cpu_usage_ns / 1000000ULL;
         ret->memory_bytes = s.peak_memory_bytes;
+        ret->memory_now_bytes = s.memory_bytes;
         ret->oom_kills = s.oom_kills;
         return r;
+}
+
+int cage_box_set_cpu_weight(struct cage_box *box, unsigned weight)
+{
+        return box->cg ? cage_cgroup_set_cpu_weight(box->cg, weight) : 0;
 }
 
 pid_t cage_box_init_pid(const struct cage_box *box)

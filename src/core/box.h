@@ -38,6 +38,7 @@ struct cage_exec {
 struct cage_box_usage {
         uint64_t cpu_ms;
         uint64_t memory_bytes; /* peak */
+        uint64_t memory_now_bytes;
         uint64_t oom_kills;
 };
 
@@ -78,6 +79,8 @@ struct cage_box_proc *cage_box_proc_free(struct cage_box_proc *p);
  * kill). */
 bool cage_box_alive(struct cage_box *box);
 int cage_box_usage(struct cage_box *box, struct cage_box_usage *ret);
+/* The sandbox's CPU weight against others (1..10000, default 100). */
+int cage_box_set_cpu_weight(struct cage_box *box, unsigned weight);
 pid_t cage_box_init_pid(const struct cage_box *box);
 /* "run-<pid>-<n>", or NULL without a cgroup backend. */
 const char *cage_box_cgroup_name(const struct cage_box *box);

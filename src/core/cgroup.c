@@ -769,6 +769,24 @@ int cage_cgroup_create_child(const struct cage_cgroup *parent, const char *leaf,
         return 0;
 }
 
+int cage_cgroup_set_cpu_weight(struct cage_cgroup *cg, unsigned weight)
+{
+        char buf[32];
+        if (weight < 1 || weight > 10000)
+                return -EINVAL;
+        if (cg->backend == CGROUP_BACKEND_V2 && cg->has_cpu) {
+                snprintf(buf, sizeof(buf), "%u", weight);
+                return write_file_at(cg->fd[HIER_UNIFIED], "cpu.weight", buf);
+        }
+        if (cg->backend == CGROUP_BACKEND_V1 && cg->fd[HIER_CPU] >= 0) {
+                /* v1 shares: 1024 is the default weight of 100; at least 2. */
+                unsigned shares = weight * 1024 / 100;
+                snprintf(buf, sizeof(buf), "%u", shares < 2 ? 2 : shares);
+                return write_file_at(cg->fd[HIER_CPU], "cpu.shares", buf);
+        }
+        return 0;
+}
+
 const char *cage_cgroup_name(const struct cage_cgroup *cg)
 {
         return cg->name;
@@ -808,6 +826,7 @@ static int stats_v2(struct cage_cgroup *cg, struct cgroup_stats *ret)
         ret->cpu_usage_ns = usec * NSEC_PER_USEC;
         if (!cg->has_memory)
                 return r;
+        (void)read_u64_at(fd, "memory.current", &ret->memory_bytes);
         int q = read_u64_at(fd, "memory.peak", &ret->peak_memory_bytes);
         if (q == -ENOENT) /* before 5.19 */
                 q = read_u64_at(fd, "memory.current", &ret->peak_memory_bytes);
@@ -823,6 +842,7 @@ static int stats_v1(struct cage_cgroup *cg, struct cgroup_stats *ret)
         int fd = cg->fd[HIER_MEMORY];
         if (fd < 0)
                 return r;
+        (void)read_u64_at(fd, "memory.usage_in_bytes", &ret->memory_bytes);
         r = keep_first(r, read_u64_at(fd, "memory.max_usage_in_bytes", &ret->peak_memory_bytes));
         return keep_first(r, read_keyed_at(fd, "memory.oom_control", "oom_kill", &ret->oom_kills));
 }

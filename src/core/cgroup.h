@@ -31,6 +31,7 @@ struct cgroup_limits {
 struct cgroup_stats {
         uint64_t cpu_usage_ns;
         uint64_t peak_memory_bytes;
+        uint64_t memory_bytes; /* now */
         uint64_t oom_kills;
 };
 
@@ -59,6 +60,9 @@ int cage_cgroup_create(const struct cgroup_host *host, const char *name,
 int cage_cgroup_create_child(const struct cage_cgroup *parent, const char *leaf,
                              struct cage_cgroup **ret, struct cage_error *err);
 enum cgroup_backend cage_cgroup_backend(const struct cage_cgroup *cg);
+/* CPU weight relative to other groups (1..10000, default 100): v2
+ * cpu.weight, v1 cpu.shares. A no-op without a cpu controller. */
+int cage_cgroup_set_cpu_weight(struct cage_cgroup *cg, unsigned weight);
 /* The group's name beneath the codecage parent ("run-12-3", "run-12-3/e7"). */
 const char *cage_cgroup_name(const struct cage_cgroup *cg);
 /* Moves pid into the group (every hierarchy for v1). */

@@ -14,6 +14,8 @@
 #include "util/error.h"
 
 #define RETRY_AFTER_FAILURE_S 1
+#define POOL_WARMING_WEIGHT   1   /* cpu weight while a sandbox warms up */
+#define POOL_SERVING_WEIGHT   100 /* the default, once it serves a run */
 
 struct pool_entry {
         struct cage_box *box;
@@ -94,6 +96,9 @@ static int start_entry(struct cage_pool *p, struct pool_entry **ret)
         int r = svc_spec_to_cage(p->spec, p->cfg, NULL, &spec, &env, NULL);
         if (r == 0)
                 r = cage_box_start(&spec, &e->box, NULL);
+        /* Warming up yields the CPU to runs in progress. */
+        if (r == 0)
+                (void)cage_box_set_cpu_weight(e->box, POOL_WARMING_WEIGHT);
         if (r == 0)
                 r = cage_session_start(e->box, NULL, &e->session, NULL);
         if (r == 0)
@@ -268,6 +273,7 @@ bool cage_pool_take(struct cage_pool *p, struct cage_box **box, struct cage_sess
         *box = e->box;
         *session = e->session;
         free(e);
+        (void)cage_box_set_cpu_weight(*box, POOL_SERVING_WEIGHT);
         return true;
 }
 
