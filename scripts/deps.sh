@@ -6,7 +6,7 @@ set -euo pipefail
 
 CODECAGE_PACKAGES=(gcc libc6-dev pkg-config meson ninja-build libseccomp-dev libjansson-dev
         libsqlite3-dev libmicrohttpd-dev libcurl4-openssl-dev libmagic-dev file
-        python3 python3-pytest bubblewrap procps iproute2 clang-format e2fsprogs)
+        python3 python3-pytest bubblewrap procps iproute2 clang-format curl e2fsprogs)
 
 codecage_install_deps() {
         local missing=()

@@ -9,7 +9,9 @@
  *   reply.c         JSON, error and raw responses
  *   api_sandbox.c   sandbox, exec and run handlers
  *   api_files.c     workspace files and run artifacts handlers
- *   sse.c           exec/run output as Server-Sent Events
+ *   api_python.c    Python runs, session variables, the pool, host-call answers
+ *   host_calls.c    host calls of Python runs waiting for a client's answer
+ *   sse.c           exec/run/Python output (and host calls) as Server-Sent Events
  *   openapi.json    embedded at build time (tools/embed-binary.sh)
  * Nothing here is visible to the service layer: dependencies point down. */
 #ifndef CODECAGE_SERVER_HTTP_H
@@ -149,11 +151,24 @@ int api_file_write(struct http_call *c, struct http_reply *r, struct cage_error 
 int api_file_delete(struct http_call *c, struct http_reply *r, struct cage_error *err);
 int api_file_mkdir(struct http_call *c, struct http_reply *r, struct cage_error *err);
 
+/* api_python.c. Routes with a {var} or {id} use the {path} parameter for it
+ * (one segment; the handler checks). */
+int api_python_oneshot(struct http_call *c, struct http_reply *r, struct cage_error *err);
+int api_python_run(struct http_call *c, struct http_reply *r, struct cage_error *err);
+int api_python_reset(struct http_call *c, struct http_reply *r, struct cage_error *err);
+int api_python_var_list(struct http_call *c, struct http_reply *r, struct cage_error *err);
+int api_python_var_get(struct http_call *c, struct http_reply *r, struct cage_error *err);
+int api_python_var_put(struct http_call *c, struct http_reply *r, struct cage_error *err);
+int api_python_var_load(struct http_call *c, struct http_reply *r, struct cage_error *err);
+int api_pool(struct http_call *c, struct http_reply *r, struct cage_error *err);
+int api_host_call_answer(struct http_call *c, struct http_reply *r, struct cage_error *err);
+
 /* sse.c */
 struct sse_stream;
 enum sse_kind {
         SSE_EXEC,
         SSE_RUN,
+        SSE_PYTHON, /* cage_service_python_run, named (call->name) or one-shot */
 };
 /* Starts the service call on a worker thread and fills reply: a streaming
  * response, or the plain JSON error when the call failed before producing
@@ -163,6 +178,13 @@ int sse_start(struct http_call *call, enum sse_kind kind, struct http_reply *rep
 /* From the request-completed callback: cancels the call if it still runs,
  * waits for the worker and drops the request's reference. Accepts NULL. */
 void sse_stream_finish(struct sse_stream *s);
+/* What a streamed Python run adds to the call. */
+struct sse_python {
+        bool host_calls;   /* host calls become host_call events, answered by the client */
+        json_t *functions; /* extra host function names (array, borrowed) or NULL */
+};
+int sse_start_python(struct http_call *call, const struct sse_python *py, struct http_reply *reply,
+                     struct cage_error *err);
 
 /* openapi.json, embedded by the build between these two symbols. */
 extern const char cage_openapi_json[];

@@ -44,6 +44,18 @@ static const struct route routes[] = {
         {"POST", "/v1/sandboxes/{name}/mkdir", api_file_mkdir, ROUTE_JSON_BODY},
         {"POST", "/v1/run", api_run, ROUTE_JSON_BODY},
         {"GET", "/v1/runs/{run_id}/files/{path}", api_run_file, 0},
+        /* Python (api_python.c). {path} stands for {var} and {id}: one segment, checked by
+         * the handler; POST .../variables/{path} is .../variables/{var}/load. */
+        {"POST", "/v1/python", api_python_oneshot, ROUTE_JSON_BODY},
+        {"POST", "/v1/sandboxes/{name}/python", api_python_run, ROUTE_JSON_BODY},
+        {"POST", "/v1/sandboxes/{name}/python/reset", api_python_reset, 0},
+        {"GET", "/v1/sandboxes/{name}/python/variables", api_python_var_list, 0},
+        {"GET", "/v1/sandboxes/{name}/python/variables/{path}", api_python_var_get, 0},
+        {"PUT", "/v1/sandboxes/{name}/python/variables/{path}", api_python_var_put, ROUTE_RAW_BODY},
+        {"POST", "/v1/sandboxes/{name}/python/variables/{path}", api_python_var_load,
+         ROUTE_JSON_BODY},
+        {"GET", "/v1/pool", api_pool, 0},
+        {"POST", "/v1/host_calls/{path}", api_host_call_answer, ROUTE_JSON_BODY},
 };
 
 bool http_name_is_valid(const char *s)

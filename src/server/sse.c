@@ -33,7 +33,18 @@
  * request-completed callback (sse_stream_finish) writes to the call's
  * cancel pipe (cage_service_io.cancel_fd), wakes a blocked producer, and
  * joins the worker. The stream is reference counted: the request and the
- * MHD response each hold one. */
+ * MHD response each hold one.
+ *
+ * Python runs (SSE_PYTHON) stream the same way. With host functions on,
+ * each host call of the code (llm_query, tools.x, ...) becomes
+ *
+ *   event: host_call
+ *   data: {"id":"<opaque>","fn":"llm_query","args":[...],"kwargs":{...}}
+ *
+ * and the worker waits (host_calls.c) until the client answers with
+ * POST /v1/host_calls/{id}, HOST_CALL_WAIT_MS pass, or the stream ends.
+ * Without them, host calls fail in Python with a message on how to enable
+ * them (host_call_disabled). */
 #include <errno.h>
 #include <fcntl.h>
 #include <microhttpd.h>
@@ -46,6 +57,7 @@
 #include <unistd.h>
 
 #include "core/output.h"
+#include "server/host_calls.h"
 #include "server/http.h"
 #include "services/redact.h"
 #include "services/service.h"
@@ -79,6 +91,8 @@ struct sse_stream {
         struct cage_redactor *redactor;
         char *tenant, *name;
         json_t *req;
+        bool host_calls;   /* SSE_PYTHON: host calls become host_call events */
+        json_t *functions; /* SSE_PYTHON: extra host function names, or NULL */
         struct text_sanitizer san[2];
         int result;
         struct cage_error err;
@@ -109,6 +123,7 @@ static void stream_unref(struct sse_stream *s)
         pthread_cond_destroy(&s->cond);
         cage_redactor_unref(s->redactor);
         json_decref(s->req);
+        json_decref(s->functions);
         free(s->tenant);
         free(s->name);
         free(s->ring);
@@ -227,6 +242,78 @@ static int on_output(void *ctx, int stream, const void *buf, size_t len)
         return push_slices(s, stream, buf, n) < 0 ? 1 : 0;
 }
 
+/* ---- host calls (Python runs) --------------------------------------------- */
+
+static void mark_produced(struct sse_stream *s)
+{
+        pthread_mutex_lock(&s->lock);
+        s->produced = true;
+        pthread_cond_broadcast(&s->cond);
+        pthread_mutex_unlock(&s->lock);
+}
+
+static int push_host_call(struct sse_stream *s, const char *id, const char *fn, json_t *args,
+                          json_t *kwargs)
+{
+        json_auto_t *no_args = args ? NULL : json_array();
+        json_auto_t *no_kwargs = kwargs ? NULL : json_object();
+        json_auto_t *doc = json_pack("{s:s, s:s, s:O, s:O}", "id", id, "fn", fn, "args",
+                                     args ? args : no_args, "kwargs", kwargs ? kwargs : no_kwargs);
+        if (!doc)
+                return -ENOMEM;
+        int r = push_event(s, "host_call", doc);
+        if (r >= 0)
+                mark_produced(s);
+        return r;
+}
+
+static char *wait_failure(const char *fn, const char *id, int r)
+{
+        char *msg = NULL;
+        if (r == -ETIMEDOUT)
+                r = asprintf(&msg, "%s: the client did not answer host call %s within %d s", fn, id,
+                             HOST_CALL_WAIT_MS / 1000);
+        else if (r == -ECANCELED)
+                r = asprintf(&msg, "%s: the client left before answering", fn);
+        else
+                r = asprintf(&msg, "%s: the host call could not be sent to the client", fn);
+        return r < 0 ? NULL : msg;
+}
+
+/* cage_service_host fn of a streamed Python run with host functions. */
+static int on_host_call(void *ctx, const char *fn, json_t *args, json_t *kwargs, json_t **value,
+                        char **error)
+{
+        struct sse_stream *s = ctx;
+        struct host_call *c = NULL;
+        int r = host_call_open(s->tenant, &c);
+        if (r < 0) {
+                *error = strdup(r == -EAGAIN ? "too many host calls of this tenant are waiting "
+                                               "for an answer"
+                                             : "host call failed");
+                return 0;
+        }
+        r = push_host_call(s, host_call_id(c), fn, args, kwargs);
+        if (r >= 0) {
+                const int fds[2] = {s->cancel[0], s->shutdown_fd};
+                r = host_call_wait(c, HOST_CALL_WAIT_MS, fds, 2, value, error);
+        }
+        if (r < 0)
+                *error = wait_failure(fn, host_call_id(c), r);
+        host_call_close(c);
+        return *error || *value ? 0 : -ENOMEM;
+}
+
+static int run_python(struct sse_stream *s, const struct cage_service_io *io, json_t **result)
+{
+        struct cage_service_host host = {.fn = host_call_disabled};
+        if (s->host_calls)
+                host = (struct cage_service_host){
+                        .fn = on_host_call, .ctx = s, .functions = s->functions};
+        return cage_service_python_run(s->svc, s->tenant, s->name, s->req, io, &host, result,
+                                       &s->err);
+}
+
 static void flush_sanitizers(struct sse_stream *s)
 {
         char out[16];
@@ -257,6 +344,8 @@ static void *worker_main(void *arg)
         int r;
         if (s->kind == SSE_EXEC)
                 r = cage_service_exec(s->svc, s->tenant, s->name, s->req, &io, &result, &s->err);
+        else if (s->kind == SSE_PYTHON)
+                r = run_python(s, &io, &result);
         else
                 r = cage_service_run(s->svc, s->tenant, s->req, &io, &result, &s->err);
         flush_sanitizers(s);
@@ -391,14 +480,10 @@ static struct MHD_Response *stream_response(struct sse_stream *s)
         return resp;
 }
 
-int sse_start(struct http_call *call, enum sse_kind kind, struct http_reply *reply,
-              struct cage_error *err)
+/* Starts the worker and commits to a stream, or answers its early error. */
+static int stream_run(struct sse_stream *s, struct http_reply *reply, struct cage_error *err)
 {
-        struct sse_stream *s = NULL;
-        int r = stream_new(call, kind, &s);
-        *call->stream = s; /* sse_stream_finish() owns it from now on */
-        if (r < 0)
-                return cage_fail(err, r, "event stream");
+        int r;
         if ((r = pthread_create(&s->worker, NULL, worker_main, s)) != 0)
                 return cage_fail(err, -r, "event stream: worker thread");
         s->worker_started = true;
@@ -415,6 +500,30 @@ int sse_start(struct http_call *call, enum sse_kind kind, struct http_reply *rep
                 return cage_fail(err, -ENOMEM, "event stream");
         reply->status = 200;
         return 0;
+}
+
+int sse_start(struct http_call *call, enum sse_kind kind, struct http_reply *reply,
+              struct cage_error *err)
+{
+        struct sse_stream *s = NULL;
+        int r = stream_new(call, kind, &s);
+        *call->stream = s; /* sse_stream_finish() owns it from now on */
+        if (r < 0)
+                return cage_fail(err, r, "event stream");
+        return stream_run(s, reply, err);
+}
+
+int sse_start_python(struct http_call *call, const struct sse_python *py, struct http_reply *reply,
+                     struct cage_error *err)
+{
+        struct sse_stream *s = NULL;
+        int r = stream_new(call, SSE_PYTHON, &s);
+        *call->stream = s;
+        if (r < 0)
+                return cage_fail(err, r, "event stream");
+        s->host_calls = py->host_calls;
+        s->functions = json_incref(py->functions);
+        return stream_run(s, reply, err);
 }
 
 void sse_stream_finish(struct sse_stream *s)

@@ -470,7 +470,9 @@ int cage_service_python_list(struct cage_service *svc, const char *tenant, const
         if (r < 0)
                 return r;
         json_t *vars = json_object_get(answer, "variables");
-        *ret = json_pack("{s:O}", "variables", json_is_array(vars) ? vars : json_array());
+        *ret = json_pack("{s:o, s:b}", "variables",
+                         json_is_array(vars) ? json_incref(vars) : json_array(), "truncated",
+                         json_is_true(json_object_get(answer, "truncated")));
         json_decref(answer);
         return 0;
 }

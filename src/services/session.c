@@ -92,7 +92,7 @@ static int send_frame(struct cage_session *s, json_t *msg, const void *blob, siz
                 return -ENOMEM;
         size_t len = strlen(text);
         if (len > SESSION_JSON_MAX || blob_len > SESSION_TEXT_MAX)
-                return -E2BIG;
+                return -E2BIG; /* nothing written: the channel is still fine */
         /* Header and JSON in one write: one wakeup of the driver, not two. */
         _cleanup_free_ char *head = malloc(8 + len);
         if (!head)
@@ -263,6 +263,9 @@ int cage_session_request(struct cage_session *s, json_t *msg, const void *blob, 
         if (!cage_session_alive(s))
                 return cage_fail(err, -ESRCH, "the Python session is gone");
         int r = send_frame(s, msg, blob, blob_len, deadline);
+        if (r == -E2BIG)
+                return cage_fail(err, r, "the value is larger than %d bytes of JSON",
+                                 SESSION_JSON_MAX);
         if (r == 0)
                 r = wait_frame(s, deadline, &answer);
         if (r < 0) {
@@ -274,7 +277,9 @@ int cage_session_request(struct cage_session *s, json_t *msg, const void *blob, 
         drain_fd(cage_box_proc_stderr(s->proc));
         if (strcmp(op_of(answer), "error") == 0) {
                 const char *m = json_string_value(json_object_get(answer, "message"));
-                r = cage_fail(err, -EINVAL, "%s", m ? m : "error");
+                const char *type = json_string_value(json_object_get(answer, "type"));
+                bool missing = type && strcmp(type, "FileNotFoundError") == 0;
+                r = cage_fail(err, missing ? -ENOENT : -EINVAL, "%s", m ? m : "error");
                 json_decref(answer);
                 return r;
         }
@@ -334,7 +339,14 @@ static void answer_host_call(struct run_state *st, json_t *call)
                 reply = json_pack("{s:s, s:O, s:o}", "op", "host_reply", "id", id, "value",
                                   value ? value : json_null());
         free(error);
-        if (!reply || send_frame(st->s, reply, NULL, 0, now_ms() + 10000) < 0)
+        r = reply ? send_frame(st->s, reply, NULL, 0, now_ms() + 10000) : -ENOMEM;
+        if (r == -E2BIG) { /* the answer is too large: the code gets an error instead */
+                json_decref(reply);
+                reply = json_pack("{s:s, s:O, s:s}", "op", "host_reply", "id", id, "error",
+                                  "the host's answer is larger than the session channel allows");
+                r = reply ? send_frame(st->s, reply, NULL, 0, now_ms() + 10000) : -ENOMEM;
+        }
+        if (r < 0)
                 st->lost = true;
         json_decref(reply);
 }

@@ -213,6 +213,13 @@ def test_healthz_over_unix_socket(server):
 
 EXPECTED_ROUTES = {
     ("get", "/healthz"), ("get", "/v1/openapi.json"),
+    ("post", "/v1/python"), ("post", "/v1/sandboxes/{name}/python"),
+    ("post", "/v1/sandboxes/{name}/python/reset"),
+    ("get", "/v1/sandboxes/{name}/python/variables"),
+    ("get", "/v1/sandboxes/{name}/python/variables/{var}"),
+    ("put", "/v1/sandboxes/{name}/python/variables/{var}"),
+    ("post", "/v1/sandboxes/{name}/python/variables/{var}/load"), ("get", "/v1/pool"),
+    ("post", "/v1/host_calls/{id}"),
     ("post", "/v1/sandboxes"), ("get", "/v1/sandboxes"),
     ("get", "/v1/sandboxes/{name}"), ("delete", "/v1/sandboxes/{name}"),
     ("post", "/v1/sandboxes/{name}/stop"), ("post", "/v1/sandboxes/{name}/start"),

@@ -242,3 +242,18 @@ def test_refusals_are_audited(tmp_path):
         assert "wrong-" not in server.audit_path.read_text()
     finally:
         server.stop()
+
+
+def test_one_shot_artifacts_expire_after_the_retention(tmp_path):
+    server = Server(tmp_path, extra={"retention_s": 1})
+    try:
+        r = server.ok("POST", "/v1/run", {"command": "mkdir -p output; echo x > output/a.txt"})
+        path = f"/v1/runs/{r['run_id']}/files/output/a.txt"
+        assert server.request("GET", path).status == 200
+        deadline = time.monotonic() + 10
+        while server.request("GET", path).status == 200:
+            assert time.monotonic() < deadline, "artifacts outlived their retention"
+            time.sleep(0.3)
+        assert server.request("GET", path).status == 404
+    finally:
+        server.stop()
