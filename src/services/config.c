@@ -769,6 +769,89 @@ static int parse_mounts(json_t *root, struct cage_config *cfg, struct cage_error
         return 0;
 }
 
+/* upstream_servers: MCP servers whose tools Python code may call as
+ * tools.<name>(...) ("code mode"). Each: {name, command: [absolute program,
+ * args...], allow?: [tool names]}. Kept as validated JSON. */
+static bool upstream_name_ok(const char *s)
+{
+        size_t n = strlen(s);
+        if (n == 0 || n > 64)
+                return false;
+        for (size_t i = 0; i < n; i++)
+                if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '_'))
+                        return false;
+        return true;
+}
+
+static int parse_upstream(json_t *e, const char *where, struct cage_error *err)
+{
+        static const char *const keys[] = {"name", "command", "allow", NULL};
+        const char *name = NULL;
+        int r;
+        if (!json_is_object(e))
+                return cage_fail(err, -EINVAL, "%s: must be an object {name, command, allow}",
+                                 where);
+        if ((r = check_keys(e, where, keys, err)) < 0 ||
+            (r = get_string(e, where, "name", 64, &name, err)) < 0)
+                return r;
+        if (!name || !upstream_name_ok(name))
+                return cage_fail(err, -EINVAL, "%s.name: required, 1..64 of [a-z0-9_]", where);
+        json_t *cmd = json_object_get(e, "command");
+        if (!json_is_array(cmd) || json_array_size(cmd) < 1 || json_array_size(cmd) > 64)
+                return cage_fail(err, -EINVAL,
+                                 "%s.command: required, a list of 1..64 strings (program first)",
+                                 where);
+        size_t i;
+        json_t *a;
+        json_array_foreach(
+                cmd, i,
+                a) if (!json_is_string(a) || json_string_length(a) > CAGE_CONFIG_PATH_MAX ||
+                       (i == 0 &&
+                        json_string_value(a)[0] !=
+                                '/')) return cage_fail(err, -EINVAL,
+                                                       "%s.command[%zu]: must be a string%s", where,
+                                                       i,
+                                                       i == 0 ? " with the program's absolute path"
+                                                              : "");
+        json_t *allow = json_object_get(e, "allow");
+        if (allow && (!json_is_array(allow) || json_array_size(allow) > 1024))
+                return cage_fail(err, -EINVAL, "%s.allow: a list of at most 1024 tool names",
+                                 where);
+        json_array_foreach(allow, i,
+                           a) if (!json_is_string(a) || !json_string_length(a) ||
+                                  json_string_length(a) >
+                                          128) return cage_fail(err, -EINVAL,
+                                                                "%s.allow[%zu]: a tool name", where,
+                                                                i);
+        return 0;
+}
+
+static int parse_upstreams(json_t *root, struct cage_config *cfg, struct cage_error *err)
+{
+        json_t *arr = json_object_get(root, "upstream_servers");
+        if (!arr)
+                return 0;
+        if (!json_is_array(arr) || json_array_size(arr) > CAGE_CONFIG_UPSTREAMS_MAX)
+                return cage_fail(err, -EINVAL, "upstream_servers: a list of at most %d servers",
+                                 CAGE_CONFIG_UPSTREAMS_MAX);
+        size_t i;
+        json_t *e;
+        json_array_foreach(arr, i, e)
+        {
+                char where[FIELD_MAX];
+                snprintf(where, sizeof(where), "upstream_servers[%zu]", i);
+                int r = parse_upstream(e, where, err);
+                if (r < 0)
+                        return r;
+                for (size_t j = 0; j < i; j++)
+                        if (json_equal(json_object_get(e, "name"),
+                                       json_object_get(json_array_get(arr, j), "name")))
+                                return cage_fail(err, -EINVAL, "%s.name: used twice", where);
+        }
+        cfg->upstream_servers = json_deep_copy(arr);
+        return cfg->upstream_servers ? 0 : cage_fail(err, -ENOMEM, "upstream_servers");
+}
+
 /* ---- data_dir, listen, audit_log -------------------------------------- */
 
 /* /var/lib/codecage as root, else $XDG_DATA_HOME/codecage, else
@@ -1000,19 +1083,10 @@ static int parse_paths(json_t *root, struct cage_config *cfg, struct cage_error 
 /* root may be NULL: the defaults. */
 static int config_from_json(json_t *root, struct cage_config **ret, struct cage_error *err)
 {
-        static const char *const keys[] = {"data_dir",
-                                           "listen",
-                                           "limits",
-                                           "defaults",
-                                           "env_allowlist",
-                                           "secrets",
-                                           "tenants",
-                                           "mounts_allowed",
-                                           "retention_s",
-                                           "idle_timeout_s",
-                                           "audit_log",
-                                           "pool_size",
-                                           NULL};
+        static const char *const keys[] = {
+                "data_dir",  "listen",    "limits",           "defaults",    "env_allowlist",
+                "secrets",   "tenants",   "mounts_allowed",   "retention_s", "idle_timeout_s",
+                "audit_log", "pool_size", "upstream_servers", NULL};
         json_auto_t *empty = NULL;
         int r;
         if (!root) {
@@ -1033,7 +1107,8 @@ static int config_from_json(json_t *root, struct cage_config **ret, struct cage_
             (r = parse_env_allowlist(root, cfg, err)) < 0 ||
             (r = parse_secrets(root, cfg, err)) < 0 || (r = parse_tenants(root, cfg, err)) < 0 ||
             (r = parse_mounts(root, cfg, err)) < 0 || (r = parse_scalars(root, cfg, err)) < 0 ||
-            (r = parse_listen(root, cfg, err)) < 0 || (r = check_auth_exposure(cfg, err)) < 0)
+            (r = parse_upstreams(root, cfg, err)) < 0 || (r = parse_listen(root, cfg, err)) < 0 ||
+            (r = check_auth_exposure(cfg, err)) < 0)
                 return r;
         *ret = TAKE_PTR(cfg);
         return 0;
@@ -1120,6 +1195,7 @@ struct cage_config *cage_config_free(struct cage_config *cfg)
                 free(cfg->mounts_allowed[i].configured);
         }
         free(cfg->mounts_allowed);
+        json_decref(cfg->upstream_servers);
         free(cfg->data_dir);
         free(cfg->listen_http);
         free(cfg->listen_unix);

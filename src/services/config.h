@@ -18,6 +18,8 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include <jansson.h>
+
 #include "codecage/codecage.h"
 
 struct cage_redactor;
@@ -36,6 +38,7 @@ struct cage_redactor;
 #define CAGE_CONFIG_ENV_NAME_MAX    128
 #define CAGE_CONFIG_MOUNTS_MAX      64
 #define CAGE_CONFIG_POOL_MAX        256
+#define CAGE_CONFIG_UPSTREAMS_MAX   32
 
 /* The most a single request may ask for. */
 struct cage_config_limits {
@@ -101,8 +104,9 @@ struct cage_config {
         size_t n_mounts_allowed;
 
         uint64_t retention_s;
-        uint64_t idle_timeout_s; /* 0 = never */
-        uint32_t pool_size;      /* warm sandboxes kept for one-shot Python runs */
+        uint64_t idle_timeout_s;  /* 0 = never */
+        uint32_t pool_size;       /* warm sandboxes kept for one-shot Python runs */
+        json_t *upstream_servers; /* validated [{name, command, allow?}] or NULL */
         char *audit_log;
 };
 

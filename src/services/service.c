@@ -683,7 +683,8 @@ static int open_parts(struct cage_service *svc, struct cage_error *err)
                 return r;
         if ((r = load_sandboxes(svc, err)) < 0)
                 return r;
-        if ((r = cage_pool_open(cfg, cfg->pool_size, &svc->pool, err)) < 0)
+        if ((r = cage_pool_open(cfg, cfg->pool_size, &svc->pool, err)) < 0 ||
+            (r = cage_upstreams_open(cfg->upstream_servers, &svc->upstreams, err)) < 0)
                 return r;
         r = -pthread_create(&svc->reaper, NULL, reaper_main, svc);
         svc->reaper_running = r == 0;
@@ -782,6 +783,7 @@ struct cage_service *cage_service_close(struct cage_service *svc)
                 sb_free(sb);
         }
         svc->pool = cage_pool_close(svc->pool);
+        svc->upstreams = cage_upstreams_close(svc->upstreams);
         svc->audit = cage_audit_close(svc->audit);
         svc->redactor = cage_redactor_unref(svc->redactor);
         svc->store = cage_store_close(svc->store);

@@ -24,6 +24,7 @@
 #include "services/session.h"
 #include "services/service.h"
 #include "services/store.h"
+#include "services/upstream.h"
 #include "services/workspace.h"
 
 struct sb {
@@ -59,6 +60,7 @@ struct cage_service {
         char *runs_base; /* <data_dir>/runs */
         enum cage_workspace_backend ws_backend;
         struct cage_pool *pool;
+        struct cage_upstreams *upstreams;
         pthread_mutex_t lock;
         struct sb *list;
         pthread_t reaper;

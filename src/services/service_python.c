@@ -87,8 +87,32 @@ static int check_keys(const json_t *req, const char *const *keys, struct cage_er
         return 0;
 }
 
+/* Host calls of a run: tools.* go to the configured upstream MCP servers
+ * (code mode) when there are any; everything else to the front end. */
+struct run_host {
+        struct cage_service *svc;
+        const struct cage_service_host *front;
+};
+
+static int route_host_call(void *ctx, const char *fn, json_t *args, json_t *kwargs, json_t **value,
+                           char **error)
+{
+        struct run_host *h = ctx;
+        if (strncmp(fn, "tools.", 6) == 0 && cage_upstreams_any(h->svc->upstreams))
+                return cage_upstreams_call(h->svc->upstreams, fn, kwargs, value, error);
+        if (h->front && h->front->fn)
+                return h->front->fn(h->front->ctx, fn, args, kwargs, value, error);
+        if (asprintf(error,
+                     "%s is not available: this client serves no host functions "
+                     "(llm_query needs an MCP client with sampling, or an HTTP client "
+                     "that answers host calls)",
+                     fn) < 0)
+                *error = NULL;
+        return 0;
+}
+
 static void fill_run(struct cage_session_run *run, const struct py_req *q, uint64_t output_max,
-                     const struct cage_service_io *io, const struct cage_service_host *host)
+                     const struct cage_service_io *io, struct run_host *host)
 {
         *run = (struct cage_session_run){.code = q->code,
                                          .code_len = q->code_len,
@@ -102,11 +126,10 @@ static void fill_run(struct cage_session_run *run, const struct py_req *q, uint6
                 run->on_output_ctx = io->on_output_ctx;
                 run->cancel_fd = io->cancel_fd;
         }
-        if (host && host->fn) {
-                run->host = host->fn;
-                run->host_ctx = host->ctx;
-                run->functions = host->functions;
-        }
+        run->host = route_host_call;
+        run->host_ctx = host;
+        if (host->front)
+                run->functions = host->front->functions;
 }
 
 /* Redacts the text fields the way exec results are redacted. */
@@ -204,7 +227,8 @@ static int run_named(struct cage_service *svc, const char *tenant, const char *n
         r = session_of(sb, box, err);
         if (r == 0) {
                 struct cage_session_run run;
-                fill_run(&run, &q, sb->spec->output_max_bytes, io, host);
+                struct run_host rh = {.svc = svc, .front = host};
+                fill_run(&run, &q, sb->spec->output_max_bytes, io, &rh);
                 (void)cage_artifacts_snapshot(ws, &before, NULL);
                 r = cage_session_run(sb->session, &run, ret, err);
         }
@@ -284,7 +308,8 @@ static int run_oneshot(struct cage_service *svc, const char *tenant, const json_
         int r = oneshot_prepare(svc, req, &o, err);
         if (r == 0) {
                 struct cage_session_run run;
-                fill_run(&run, &o.q, o.spec->output_max_bytes, io, host);
+                struct run_host rh = {.svc = svc, .front = host};
+                fill_run(&run, &o.q, o.spec->output_max_bytes, io, &rh);
                 r = cage_session_run(o.session, &run, ret, err);
         }
         if (r == 0) {
