@@ -1,0 +1,195 @@
+/* The sandbox service: named sandboxes per tenant, execs inside them,
+ * one-shot runs, workspace files and artifacts, with the server's policy
+ * (config limits, env allowlist, secrets, allowed mounts), the audit log and
+ * the SQLite store. It is what `codecage serve` (HTTP) and `codecage mcp`
+ * put on the wire.
+ *
+ * JSON in, JSON out: request and response documents are exactly the bodies
+ * of the HTTP API (docs/API.md), so every front end shares one validation
+ * and one set of error messages. Requests are borrowed; *ret documents are
+ * new references the caller releases with json_decref().
+ *
+ * Errors are -errno with a message in err that a client can act on:
+ *   -EINVAL  bad request (the message names the field)   -> HTTP 400
+ *            (also -EISDIR, -ENOTDIR, -ENAMETOOLONG)
+ *   -ENOENT  unknown sandbox, run or file                 -> 404
+ *   -EEXIST  the tenant already has that name             -> 409
+ *   -EBUSY   the sandbox is not in a state for this       -> 409
+ *            (also -ENOTEMPTY: a non-empty directory, not recursive)
+ *   -EPERM   refused by policy (limits, mounts, secrets)  -> 403
+ *            (also -ELOOP, -EXDEV: a link the file API will not follow)
+ *   -E2BIG   too large (body, file, list)                 -> 413
+ *   -ENOSPC  the workspace is full (disk_mib)             -> 507
+ *   anything else: codecage's own failure                 -> 500
+ * cage_service_http_status() does that mapping.
+ *
+ * Every function is safe from any number of threads. `tenant` is the name
+ * of an authenticated tenant ("default" when the server has no tokens).
+ *
+ * This is the C library under `codecage serve` and `codecage mcp`: link
+ * libcodecage, load a config (docs/CONFIG.md), open the service before
+ * starting threads of your own (it gives the process a private mount
+ * namespace when it runs as root), and call it. */
+#ifndef CODECAGE_SERVICE_H
+#define CODECAGE_SERVICE_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "codecage/codecage.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct cage_config;
+struct cage_service;
+
+/* Server configuration (docs/CONFIG.md): every default, a file, or a JSON
+ * text; checked as a whole, with a message naming the first bad key. */
+int cage_config_defaults(struct cage_config **ret, struct cage_error *err);
+int cage_config_load(const char *path, struct cage_config **ret, struct cage_error *err);
+int cage_config_parse(const char *text, size_t len, struct cage_config **ret,
+                      struct cage_error *err);
+struct cage_config *cage_config_free(struct cage_config *cfg);
+
+#define CAGE_SERVICE_DEFAULT_TENANT "default"
+
+/* Live output and cancellation for exec and run. on_output gets raw bytes
+ * (stream 1 = stdout, 2 = stderr) as the program writes them; returning
+ * non-zero cancels. cancel_fd readable -> cancel; -1 when unused. */
+struct cage_service_io {
+        cage_output_fn on_output;
+        void *on_output_ctx;
+        int cancel_fd;
+};
+
+/* Opens the data directory, the store and the audit log, removes whatever
+ * a previous server left behind (processes, cgroups, mounts) and brings
+ * every named sandbox back as "stopped". The config must outlive svc. */
+int cage_service_open(const struct cage_config *cfg, struct cage_service **ret,
+                      struct cage_error *err);
+/* Stops every running sandbox (workspaces kept), closes. Accepts NULL. */
+struct cage_service *cage_service_close(struct cage_service *svc);
+
+/* Audit records the front ends make: a request refused for want of a valid
+ * token (reason "missing_token" or "bad_token"; remote: the peer, or
+ * NULL). The token itself is never recorded. */
+void cage_service_audit_auth_deny(struct cage_service *svc, const char *reason,
+                                  const char *remote, const char *method, const char *route);
+
+/* -errno of a service call -> the HTTP status the API answers with. */
+int cage_service_http_status(int r);
+
+/* Sandboxes. Info documents: {name, id, state, image, created, last_used,
+ * labels, spec, usage: {cpu_ms, memory_bytes, pids}} (docs/API.md). */
+int cage_service_sandbox_create(struct cage_service *svc, const char *tenant, const json_t *spec,
+                                json_t **ret, struct cage_error *err);
+int cage_service_sandbox_get(struct cage_service *svc, const char *tenant, const char *name,
+                             json_t **ret, struct cage_error *err);
+/* label_filter: NULL or "key=value". ret: {"sandboxes": [info, ...]}. */
+int cage_service_sandbox_list(struct cage_service *svc, const char *tenant,
+                              const char *label_filter, json_t **ret, struct cage_error *err);
+/* stop: processes gone, workspace kept. start: running again. kill: like
+ * stop but SIGKILL at once, no grace. Each returns the new info. */
+int cage_service_sandbox_stop(struct cage_service *svc, const char *tenant, const char *name,
+                              json_t **ret, struct cage_error *err);
+int cage_service_sandbox_start(struct cage_service *svc, const char *tenant, const char *name,
+                               json_t **ret, struct cage_error *err);
+int cage_service_sandbox_kill(struct cage_service *svc, const char *tenant, const char *name,
+                              json_t **ret, struct cage_error *err);
+/* Everything gone: processes, workspace, metadata. */
+int cage_service_sandbox_remove(struct cage_service *svc, const char *tenant, const char *name,
+                                struct cage_error *err);
+/* The last `tail` lines (0 = all kept) of past exec output:
+ * {"lines": ["...", ...], "truncated": bool}. */
+int cage_service_sandbox_logs(struct cage_service *svc, const char *tenant, const char *name,
+                              size_t tail, json_t **ret, struct cage_error *err);
+
+/* One exec in a named sandbox. req: {argv: [..]} or {script: "..."} (run
+ * by /bin/sh -c), optional env {K: V}, cwd, stdin (text), timeout_s.
+ * ret: the result contract plus "restarted": true when the sandbox was
+ * stopped and this call started it again. */
+int cage_service_exec(struct cage_service *svc, const char *tenant, const char *name,
+                      const json_t *req, const struct cage_service_io *io, json_t **ret,
+                      struct cage_error *err);
+
+/* A one-shot run in a fresh sandbox: req holds spec fields (memory_mib, env,
+ * secrets, network, ...), `files` to put in the workspace first, and one of
+ * argv, command (shell) or code (Python). ret: the result contract plus
+ * "run_id"; the run's output/ stays readable for the retention period. */
+int cage_service_run(struct cage_service *svc, const char *tenant, const json_t *req,
+                     const struct cage_service_io *io, json_t **ret, struct cage_error *err);
+
+/* Workspace files of a named sandbox. Paths are relative to /workspace
+ * ("data/x.csv"; a leading "/workspace/" is accepted); ".." and other
+ * absolute paths are refused; links never lead out. */
+int cage_service_file_write(struct cage_service *svc, const char *tenant, const char *name,
+                            const char *path, const void *data, size_t len, struct cage_error *err);
+/* max: at most this many bytes (-E2BIG beyond). *ret_data is malloc'ed. */
+int cage_service_file_read(struct cage_service *svc, const char *tenant, const char *name,
+                           const char *path, size_t max, void **ret_data, size_t *ret_len,
+                           struct cage_error *err);
+/* ret: {"path": p, "entries": [{name, path, type, size, mtime}, ...]} */
+int cage_service_file_list(struct cage_service *svc, const char *tenant, const char *name,
+                           const char *path, json_t **ret, struct cage_error *err);
+/* ret: {name, path, type, size, mtime, mime} */
+int cage_service_file_stat(struct cage_service *svc, const char *tenant, const char *name,
+                           const char *path, json_t **ret, struct cage_error *err);
+int cage_service_file_mkdir(struct cage_service *svc, const char *tenant, const char *name,
+                            const char *path, struct cage_error *err);
+int cage_service_file_delete(struct cage_service *svc, const char *tenant, const char *name,
+                             const char *path, bool recursive, struct cage_error *err);
+
+/* Host functions (llm_query, tools.*, ...) that Python code may call, served
+ * by the front end (MCP sampling, an HTTP client's callback). fn fills
+ * *value (new reference) or *error (malloc'ed); NULL fn: none available. */
+struct cage_service_host {
+        int (*fn)(void *ctx, const char *name, json_t *args, json_t *kwargs, json_t **value,
+                  char **error);
+        void *ctx;
+        json_t *functions; /* names of extra host functions, or NULL */
+};
+
+/* Python. With a sandbox name: its persistent session (started on first
+ * use; a stopped sandbox is started again, "restarted": true, with an empty
+ * namespace). Without: a one-shot run in a fresh sandbox — from the warm
+ * pool when the request asks for the default policy. req: {code,
+ * timeout_s?, host_budget?} plus, one-shot only, the spec fields and
+ * `files`. ret: the result contract with return_value, return_repr, error,
+ * state_lost, artifacts (and run_id for one-shot runs). */
+int cage_service_python_run(struct cage_service *svc, const char *tenant, const char *name,
+                            const json_t *req, const struct cage_service_io *io,
+                            const struct cage_service_host *host, json_t **ret,
+                            struct cage_error *err);
+/* Variables of a named sandbox's session. set: any JSON value. set_text:
+ * a large text (e.g. "context") that never passes through JSON. load_file:
+ * a file of the workspace read into a variable inside the sandbox. get:
+ * {name, type, value, repr}. list: {"variables": [{name, type, size}]}. */
+int cage_service_python_set(struct cage_service *svc, const char *tenant, const char *name,
+                            const char *var, const json_t *value, struct cage_error *err);
+int cage_service_python_set_text(struct cage_service *svc, const char *tenant, const char *name,
+                                 const char *var, const char *text, size_t len,
+                                 struct cage_error *err);
+int cage_service_python_load_file(struct cage_service *svc, const char *tenant, const char *name,
+                                  const char *var, const char *path, struct cage_error *err);
+int cage_service_python_get(struct cage_service *svc, const char *tenant, const char *name,
+                            const char *var, json_t **ret, struct cage_error *err);
+int cage_service_python_list(struct cage_service *svc, const char *tenant, const char *name,
+                             json_t **ret, struct cage_error *err);
+int cage_service_python_reset(struct cage_service *svc, const char *tenant, const char *name,
+                              struct cage_error *err);
+/* The warm pool's statistics: {size, ready, hits, misses, cold, ...}. */
+json_t *cage_service_pool_stats(struct cage_service *svc);
+
+/* Artifacts of a finished one-shot run (its output/ folder), until the
+ * retention period ends. path is relative to output/. */
+int cage_service_run_file_read(struct cage_service *svc, const char *tenant, const char *run_id,
+                               const char *path, size_t max, void **ret_data, size_t *ret_len,
+                               struct cage_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
