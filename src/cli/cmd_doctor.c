@@ -42,6 +42,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "services/workspace.h"
 #include "core/cgroup.h"
 #include "core/seccomp.h"
 #include "core/userns.h"
@@ -1317,6 +1318,25 @@ static void check_python(const struct host *h, struct check *c)
         }
 }
 
+/* ---- workspaces of named sandboxes ---- */
+
+static void check_workspaces(const struct host *h, struct check *c)
+{
+        switch (cage_workspace_backend_detect()) {
+        case CAGE_WORKSPACE_LOOP:
+                found(c, VERDICT_OK,
+                      "loop devices and mkfs.ext4: each named sandbox's /workspace is an ext4 "
+                      "image with a hard disk_mib cap");
+                return;
+        case CAGE_WORKSPACE_DIR:
+                break;
+        }
+        found(c, VERDICT_WARN,
+              "workspaces of named sandboxes will be plain directories: disk_mib is not a hard "
+              "cap (needs root, /dev/loop-control and mkfs.ext4)");
+        fix(c, "run codecage serve as root, and %sapt-get install e2fsprogs", h->sudo);
+}
+
 /* ---- the checks and their output ---- */
 
 static const struct doctor_check {
@@ -1336,6 +1356,7 @@ static const struct doctor_check {
         {"pid-limits", check_pid_limits, "kernel.pid_max, kernel.threads-max, ulimit -u"},
         {"uid-slots", check_uid_slots, "as root: the sandbox uid range and " RUN_DIR},
         {"python3", check_python, PYTHON " for Python runs"},
+        {"workspaces", check_workspaces, "disk-capped workspaces for codecage serve"},
 };
 
 #define N_CHECKS ELEMENTSOF(doctor_checks)

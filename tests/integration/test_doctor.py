@@ -21,6 +21,7 @@ CHECKS = [
     "pid-limits",
     "uid-slots",
     "python3",
+    "workspaces",
 ]
 TEXT_VERDICT = {"ok": "ok", "warn": "warn", "fail": "FAIL"}
 
@@ -70,7 +71,7 @@ def test_doctor_passes_on_this_host(cage):
     found = lines_by_name(p.stdout)
     assert list(found) == CHECKS, p.stdout
     assert not any(v == "FAIL" for v, _ in found.values()), p.stdout
-    assert "12 checks:" in p.stdout and "0 FAIL" in p.stdout
+    assert "13 checks:" in p.stdout and "0 FAIL" in p.stdout
 
 
 def test_cgroup_backend_is_the_one_this_host_has(cage):
