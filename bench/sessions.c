@@ -290,6 +290,39 @@ static void bench_throughput(struct cage_service *svc)
         json_decref(st);
 }
 
+/* Where a fresh sandbox's time goes: the pool pays this per run. */
+static void bench_breakdown(void)
+{
+        enum { N = 10 };
+        double box[N], sess[N], first[N], destroy[N];
+        struct cage_spec spec;
+        struct cage_error err = {0};
+        cage_spec_init(&spec);
+        for (int i = 0; i < N; i++) {
+                struct cage_box *b = NULL;
+                struct cage_session *s = NULL;
+                double t0 = now_ms();
+                if (cage_box_start(&spec, &b, &err) < 0)
+                        break;
+                double t1 = now_ms();
+                if (cage_session_start(b, NULL, &s, &err) < 0)
+                        break;
+                double t2 = now_ms();
+                first[i] = session_round_ms(s);
+                double t3 = now_ms();
+                cage_session_free(s);
+                cage_box_destroy(b);
+                box[i] = t1 - t0;
+                sess[i] = t2 - t1;
+                destroy[i] = now_ms() - t3;
+        }
+        printf("a fresh sandbox with a session, by phase (%d rounds):\n", N);
+        report("sandbox start (namespaces, cgroup)", box, N);
+        report("python3 + session driver ready", sess, N);
+        report("first run (x + 1)", first, N);
+        report("teardown (session, cgroups)", destroy, N);
+}
+
 static void bench_memory(void)
 {
         struct cage_box **boxes = calloc((size_t)n_sessions, sizeof(*boxes));
@@ -362,6 +395,7 @@ int main(int argc, char **argv)
         bench_baselines_and_session(&bare);
         bench_oneshot(svc, bare);
         bench_throughput(svc);
+        bench_breakdown();
         bench_memory();
         cage_service_close(svc);
         cage_config_free(cfg);
