@@ -51,9 +51,10 @@ def free_port():
 class Server:
     """`codecage serve --config` with a config written for the test."""
 
-    def __init__(self, tmp, tenants=None, extra=None, env=None, build=BUILD):
+    def __init__(self, tmp, tenants=None, extra=None, env=None, build=BUILD, unix=True):
         self.tmp = tmp
         self.build = build
+        self.unix = unix  # the transport request() uses unless told otherwise
         self.port = free_port()
         self.socket_path = str(tmp / "api.sock")
         self.data_dir = tmp / "data"
@@ -94,8 +95,15 @@ class Server:
     def log_text(self):
         return self.log_path.read_text(errors="replace")
 
+    def connection(self, unix=None, timeout=60):
+        if self.unix if unix is None else unix:
+            return UnixHTTPConnection(self.socket_path, timeout=timeout)
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+
     def request(self, method, path, body=None, token=None, headers=None, timeout=60,
-                tcp=False):
+                unix=None):
+        """body: a dict/list (sent as JSON), bytes (sent as they are) or None;
+        over the Unix socket or TCP (unix=None: the server's default)."""
         hdrs = dict(headers or {})
         data = body
         if isinstance(body, (dict, list)):
@@ -103,8 +111,7 @@ class Server:
             hdrs.setdefault("Content-Type", "application/json")
         if token:
             hdrs["Authorization"] = f"Bearer {token}"
-        conn = (http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout) if tcp
-                else UnixHTTPConnection(self.socket_path, timeout=timeout))
+        conn = self.connection(unix, timeout)
         try:
             conn.request(method, path, body=data, headers=hdrs)
             return Response(conn.getresponse())
@@ -116,6 +123,9 @@ class Server:
         r = self.request(method, path, body, token=token)
         assert r.status in status, (r.status, r.body)
         return r.json
+
+    def alive(self):
+        return self.proc.poll() is None and self.request("GET", "/healthz").status == 200
 
     def audit_records(self):
         if not self.audit_path.exists():

@@ -3,7 +3,6 @@ the Unix socket: every route, Server-Sent Events, files, one-shot runs with
 artifacts, bad input, limits, bearer tokens and tenant isolation. After each
 test the server must still answer /healthz."""
 import base64
-import http.client
 import json
 import os
 import signal
@@ -14,121 +13,19 @@ import uuid
 
 import pytest
 
+import serverlib
 from conftest import BUILD
+from serverlib import MAX_BODY, Response, UnixHTTPConnection, free_port
 
-MAX_BODY = 16 * 1024 * 1024  # the smallest limits.max_body_bytes a config may set
 TOKEN_A = "tokenA-" + "a" * 24
 TOKEN_B = "tokenB-" + "b" * 24
 
 
-class UnixHTTPConnection(http.client.HTTPConnection):
-    """http.client over an AF_UNIX socket."""
-
-    def __init__(self, path, timeout=60):
-        super().__init__("localhost", timeout=timeout)
-        self.unix_path = path
-
-    def connect(self):
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(self.timeout)
-        s.connect(self.unix_path)
-        self.sock = s
-
-
-class Response:
-    def __init__(self, resp):
-        self.status = resp.status
-        self.headers = resp.headers
-        self.body = resp.read()
-
-    @property
-    def json(self):
-        return json.loads(self.body)
-
-    def error_code(self):
-        return self.json["error"]["code"]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    """A `codecage serve` process with its own config, data dir and socket."""
+class Server(serverlib.Server):
+    """The API tests speak TCP unless a test asks for the Unix socket."""
 
     def __init__(self, tmp, tenants=None):
-        self.tmp = tmp
-        self.port = free_port()
-        self.socket_path = str(tmp / "api.sock")
-        config = {
-            "data_dir": str(tmp / "data"),
-            "listen": {"http": f"127.0.0.1:{self.port}", "unix": self.socket_path},
-            "audit_log": str(tmp / "audit.jsonl"),
-            "limits": {"max_body_bytes": MAX_BODY},
-        }
-        if tenants:
-            config["tenants"] = [{"name": n, "token": t} for n, t in tenants.items()]
-        self.config_path = tmp / "config.json"
-        self.config_path.write_text(json.dumps(config))
-        self.log_path = tmp / "serve.log"
-        self.log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(
-            [str(BUILD / "codecage"), "serve", "--config", str(self.config_path)],
-            stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log)
-        self.wait_ready()
-
-    def log_text(self):
-        return self.log_path.read_text(errors="replace")
-
-    def wait_ready(self, timeout=30):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                pytest.fail(f"codecage serve exited {self.proc.returncode}:\n{self.log_text()}")
-            try:
-                if self.request("GET", "/healthz", timeout=2).status == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.05)
-        self.stop()
-        pytest.fail(f"codecage serve did not answer /healthz:\n{self.log_text()}")
-
-    def connection(self, unix=False, timeout=60):
-        if unix:
-            return UnixHTTPConnection(self.socket_path, timeout=timeout)
-        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-
-    def request(self, method, path, body=None, token=None, headers=None, unix=False,
-                timeout=60):
-        """body: a dict/list (sent as JSON), bytes (sent as they are) or None."""
-        h = dict(headers or {})
-        if isinstance(body, (dict, list)):
-            body = json.dumps(body).encode()
-            h.setdefault("Content-Type", "application/json")
-        if token:
-            h["Authorization"] = f"Bearer {token}"
-        conn = self.connection(unix, timeout)
-        try:
-            conn.request(method, path, body=body, headers=h)
-            return Response(conn.getresponse())
-        finally:
-            conn.close()
-
-    def alive(self):
-        return self.proc.poll() is None and self.request("GET", "/healthz").status == 200
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
+        super().__init__(tmp, tenants=tenants, unix=False)
 
 
 @pytest.fixture(scope="module")

@@ -7,77 +7,36 @@ token)."""
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import tempfile
-import time
 import uuid
 from pathlib import Path
 
 import pytest
 
+import serverlib
+from serverlib import free_port
 from conftest import BUILD
 
 BINARY = BUILD / "codecage"
 TOKEN = "cli-test-token-" + uuid.uuid4().hex
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    """A `codecage serve` on a Unix socket and 127.0.0.1:<port>."""
+class Server(serverlib.Server):
+    """serverlib's server in a short directory: Unix socket paths are limited
+    to 107 bytes."""
 
     def __init__(self, tenants=None):
-        # A short directory: Unix socket paths are limited to 107 bytes.
         self.dir = Path(tempfile.mkdtemp(prefix="cc-cli-"))
-        self.socket = str(self.dir / "codecage.sock")
-        self.port = free_port()
+        super().__init__(self.dir, tenants=tenants)
+        self.socket = self.socket_path
         self.url = f"http://127.0.0.1:{self.port}"
-        cfg = {
-            "data_dir": str(self.dir / "data"),
-            "listen": {"http": f"127.0.0.1:{self.port}", "unix": self.socket},
-            "audit_log": str(self.dir / "audit.jsonl"),
-        }
-        if tenants:
-            cfg["tenants"] = tenants
-        self.config = self.dir / "config.json"
-        self.config.write_text(json.dumps(cfg))
-        self.log = open(self.dir / "serve.log", "wb")
-        self.proc = subprocess.Popen([str(BINARY), "serve", "--config", str(self.config)],
-                                     stdout=self.log, stderr=subprocess.STDOUT)
-
-    def wait_ready(self, token=None):
-        env = dict(os.environ, CODECAGE_TOKEN=token or "")
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                pytest.fail(f"codecage serve exited {self.proc.returncode}: {self.read_log()}")
-            p = subprocess.run([str(BINARY), "sandbox", "--socket", self.socket, "ls"],
-                               capture_output=True, env=env, timeout=10)
-            if p.returncode == 0:
-                return
-            time.sleep(0.1)
-        pytest.fail(f"codecage serve did not answer on {self.socket}: {self.read_log()}")
-
-    def read_log(self):
-        self.log.flush()
-        return (self.dir / "serve.log").read_text(errors="replace")[-4000:]
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        self.log.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        try:
+            super().stop()
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def _binary_or_fail():
@@ -90,7 +49,6 @@ def server():
     _binary_or_fail()
     srv = Server()
     try:
-        srv.wait_ready()
         yield srv
     finally:
         srv.stop()
@@ -99,9 +57,8 @@ def server():
 @pytest.fixture(scope="module")
 def token_server():
     _binary_or_fail()
-    srv = Server(tenants=[{"name": "alice", "token": TOKEN}])
+    srv = Server(tenants={"alice": TOKEN})
     try:
-        srv.wait_ready(TOKEN)
         yield srv
     finally:
         srv.stop()
