@@ -23,6 +23,7 @@
 #include "util/cleanup.h"
 #include "util/error.h"
 #include "util/fdutil.h"
+#include "verdict.h"
 
 #define STARTED_TIMEOUT_MS 10000
 #define DRAIN_MS           2000
@@ -420,14 +421,6 @@ static void finish(struct exec_state *st)
 
 /* ---- the verdict ---- */
 
-static void oom_reason(struct exec_state *st, struct cage_result *res)
-{
-        res->status = CAGE_STATUS_OOM;
-        snprintf(res->reason, sizeof(res->reason),
-                 "out of memory: the memory limit of %llu MiB was reached",
-                 (unsigned long long)(st->box->memory_bytes >> 20));
-}
-
 static uint64_t oom_kills_now(struct cage_box *box)
 {
         struct cgroup_stats s = {0};
@@ -438,18 +431,9 @@ static uint64_t oom_kills_now(struct cage_box *box)
 
 static void judge_exit(struct exec_state *st, struct cage_result *res, bool oom)
 {
-        int ws = st->wait_status;
-        if (WIFEXITED(ws)) {
-                res->exit_code = WEXITSTATUS(ws);
-                res->status = res->exit_code == 0 ? CAGE_STATUS_OK : CAGE_STATUS_ERROR;
-        } else if (WIFSIGNALED(ws)) {
-                res->signal = WTERMSIG(ws);
-                res->status = CAGE_STATUS_ERROR;
-                snprintf(res->reason, sizeof(res->reason), "killed by signal %d (%s)", res->signal,
-                         strsignal(res->signal));
-        }
+        verdict_from_wait_status(res, st->wait_status);
         if (res->status == CAGE_STATUS_ERROR && oom)
-                oom_reason(st, res);
+                verdict_oom(res, st->box->memory_bytes);
         if (st->exec_failed && res->status == CAGE_STATUS_ERROR)
                 snprintf(res->reason, sizeof(res->reason), "cannot run \"%s\": %s", st->ex->argv[0],
                          strerror(st->fail_errno));
@@ -466,24 +450,17 @@ static void judge(struct exec_state *st, struct cage_result *res)
                          "up the exec: %s",
                          strerror(st->fail_errno));
         } else if (st->cancelled) {
-                res->status = CAGE_STATUS_CANCELLED;
-                snprintf(res->reason, sizeof(res->reason), "cancelled");
+                verdict_cancelled(res);
         } else if (st->timed_out) {
-                res->status = CAGE_STATUS_TIMEOUT;
-                snprintf(res->reason, sizeof(res->reason), "wall-clock timeout of %llu ms reached",
-                         (unsigned long long)st->ex->timeout_ms);
+                verdict_timeout(res, st->ex->timeout_ms);
         } else if (st->flooded) {
-                res->status = CAGE_STATUS_OUTPUT_LIMIT;
-                snprintf(res->reason, sizeof(res->reason),
-                         "stopped after writing more than %llu bytes of output",
-                         (unsigned long long)st->ex->output_stop_bytes);
+                verdict_output_limit(res, st->ex->output_stop_bytes);
         } else if (st->exited) {
                 judge_exit(st, res, oom);
         } else if (oom) {
-                oom_reason(st, res);
+                verdict_oom(res, st->box->memory_bytes);
         } else if (st->box->killed) {
-                res->status = CAGE_STATUS_CANCELLED;
-                snprintf(res->reason, sizeof(res->reason), "the sandbox was stopped");
+                verdict_set(res, CAGE_STATUS_CANCELLED, "the sandbox was stopped");
         } else {
                 res->status = CAGE_STATUS_INTERNAL_ERROR;
                 snprintf(res->reason, sizeof(res->reason), "the sandbox's init ended");

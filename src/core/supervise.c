@@ -29,6 +29,7 @@
 #include "seccomp.h"
 #include "userns.h"
 #include "util/cleanup.h"
+#include "verdict.h"
 #include "util/error.h"
 #include "util/fdutil.h"
 
@@ -398,22 +399,9 @@ static void collect_usage(struct run_state *st, struct cage_result *res)
 
 static void judge_exit(struct run_state *st, struct cage_result *res)
 {
-        int ws = st->wait_status;
-        if (WIFEXITED(ws)) {
-                res->exit_code = WEXITSTATUS(ws);
-                res->status = res->exit_code == 0 ? CAGE_STATUS_OK : CAGE_STATUS_ERROR;
-        } else if (WIFSIGNALED(ws)) {
-                res->signal = WTERMSIG(ws);
-                res->status = CAGE_STATUS_ERROR;
-                snprintf(res->reason, sizeof(res->reason), "killed by signal %d (%s)", res->signal,
-                         strsignal(res->signal));
-        }
-        if (res->status == CAGE_STATUS_ERROR && st->oom_kills) {
-                res->status = CAGE_STATUS_OOM;
-                snprintf(res->reason, sizeof(res->reason),
-                         "out of memory: the memory limit of %llu MiB was reached",
-                         (unsigned long long)(st->spec->memory_bytes >> 20));
-        }
+        verdict_from_wait_status(res, st->wait_status);
+        if (res->status == CAGE_STATUS_ERROR && st->oom_kills)
+                verdict_oom(res, st->spec->memory_bytes);
         if (res->signal == SIGXCPU || (res->signal == SIGKILL && st->spec->cpu_time_ms &&
                                        res->cpu_ms >= st->spec->cpu_time_ms)) {
                 res->status = CAGE_STATUS_TIMEOUT;
@@ -430,29 +418,20 @@ static void judge(struct run_state *st, struct cage_result *res)
                 snprintf(res->reason, sizeof(res->reason), "sandbox launch step \"%s\" failed: %s",
                          st->failure.step, strerror(st->failure.value));
         } else if (st->cancelled) {
-                res->status = CAGE_STATUS_CANCELLED;
-                snprintf(res->reason, sizeof(res->reason), "cancelled");
+                verdict_cancelled(res);
         } else if (st->timed_out) {
-                res->status = CAGE_STATUS_TIMEOUT;
-                snprintf(res->reason, sizeof(res->reason), "wall-clock timeout of %llu ms reached",
-                         (unsigned long long)st->spec->timeout_ms);
+                verdict_timeout(res, st->spec->timeout_ms);
         } else if (st->cpu_exceeded) {
                 res->status = CAGE_STATUS_TIMEOUT;
                 snprintf(res->reason, sizeof(res->reason), "cpu time limit of %llu ms reached",
                          (unsigned long long)st->spec->cpu_time_ms);
         } else if (st->flooded) {
-                res->status = CAGE_STATUS_OUTPUT_LIMIT;
-                snprintf(res->reason, sizeof(res->reason),
-                         "stopped after writing more than %llu bytes of output",
-                         (unsigned long long)st->spec->output_stop_bytes);
+                verdict_output_limit(res, st->spec->output_stop_bytes);
         } else if (st->got_exit_report) {
                 judge_exit(st, res);
         } else if (st->oom_kills) {
                 /* The OOM killer chose pid 1 itself. */
-                res->status = CAGE_STATUS_OOM;
-                snprintf(res->reason, sizeof(res->reason),
-                         "out of memory: the memory limit of %llu MiB was reached",
-                         (unsigned long long)(st->spec->memory_bytes >> 20));
+                verdict_oom(res, st->spec->memory_bytes);
         } else {
                 res->status = CAGE_STATUS_INTERNAL_ERROR;
                 snprintf(res->reason, sizeof(res->reason),

@@ -133,8 +133,8 @@ static int parse_exec_env(const json_t *in, struct exec_req *q, struct cage_erro
         return 0;
 }
 
-static int parse_timeout(const struct cage_config *cfg, const json_t *in, uint64_t dflt_ms,
-                         uint64_t *ret, struct cage_error *err)
+int svc_parse_timeout(const struct cage_config *cfg, const json_t *in, uint64_t dflt_ms,
+                      uint64_t *ret, struct cage_error *err)
 {
         const json_t *t = json_object_get(in, "timeout_s");
         *ret = dflt_ms;
@@ -172,7 +172,7 @@ static int parse_exec(struct cage_service *svc, const json_t *in, uint64_t dflt_
         if (r == 0)
                 r = parse_exec_env(in, q, err);
         if (r == 0)
-                r = parse_timeout(svc->cfg, in, dflt_timeout_ms, &q->timeout_ms, err);
+                r = svc_parse_timeout(svc->cfg, in, dflt_timeout_ms, &q->timeout_ms, err);
         const json_t *cwd = json_object_get(in, "cwd");
         if (r == 0 && cwd && !json_is_null(cwd)) {
                 if (!json_is_string(cwd) || json_string_value(cwd)[0] != '/' || has_nul(cwd) ||

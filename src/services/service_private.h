@@ -100,6 +100,11 @@ void svc_audit_denied(struct cage_service *svc, int r, const char *tenant, const
 /* The result contract as JSON, with secrets redacted from the text. */
 json_t *svc_result_json(struct cage_service *svc, struct cage_result *res, json_t *artifacts);
 
+/* A request's timeout_s (number, > 0, at most the config's maximum) in ms;
+ * dflt_ms when absent. */
+int svc_parse_timeout(const struct cage_config *cfg, const json_t *in, uint64_t dflt_ms,
+                      uint64_t *ret, struct cage_error *err);
+
 /* One-shot runs (service_exec.c): the request's `files`, written as the
  * sandbox's user; the scratch /workspace of a one-shot sandbox; keeping
  * output/ for the retention period; removing expired runs. */

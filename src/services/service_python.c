@@ -53,23 +53,6 @@ static int parse_code(const json_t *req, struct py_req *q, struct cage_error *er
         return 0;
 }
 
-static int parse_timeout(struct cage_service *svc, const json_t *req, uint64_t dflt, uint64_t *ret,
-                         struct cage_error *err)
-{
-        const json_t *t = json_object_get(req, "timeout_s");
-        *ret = dflt;
-        if (!t || json_is_null(t))
-                return 0;
-        double s = json_is_number(t) ? json_number_value(t) : -1;
-        if (!(s > 0) || s > (double)svc->cfg->limits.timeout_s_max)
-                return cage_fail(err, s > 0 ? -EPERM : -EINVAL,
-                                 "timeout_s: a number above 0, at most this server's maximum "
-                                 "of %llu",
-                                 (unsigned long long)svc->cfg->limits.timeout_s_max);
-        *ret = (uint64_t)(s * 1000.0 + 0.5) ? (uint64_t)(s * 1000.0 + 0.5) : 1;
-        return 0;
-}
-
 static int check_keys(const json_t *req, const char *const *keys, struct cage_error *err)
 {
         if (!json_is_object(req))
@@ -214,7 +197,8 @@ static int run_named(struct cage_service *svc, const char *tenant, const char *n
                 r = svc_lookup(svc, tenant, name, &sb, err);
         if (r < 0)
                 return r;
-        r = parse_timeout(svc, req, sb->spec ? sb->spec->timeout_s_ms : 30000, &q.timeout_ms, err);
+        r = svc_parse_timeout(svc->cfg, req, sb->spec ? sb->spec->timeout_s_ms : 30000,
+                              &q.timeout_ms, err);
         if (r == 0)
                 r = svc_enter(sb, &restarted, &box, &ws, err);
         if (r < 0) {

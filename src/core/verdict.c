@@ -1,0 +1,52 @@
+/* Verdicts shared by the runners; see verdict.h. */
+#include "verdict.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+
+void verdict_set(struct cage_result *res, enum cage_status status, const char *fmt, ...)
+{
+        va_list ap;
+        res->status = status;
+        va_start(ap, fmt);
+        vsnprintf(res->reason, sizeof(res->reason), fmt, ap);
+        va_end(ap);
+}
+
+void verdict_from_wait_status(struct cage_result *res, int ws)
+{
+        if (WIFEXITED(ws)) {
+                res->exit_code = WEXITSTATUS(ws);
+                res->status = res->exit_code == 0 ? CAGE_STATUS_OK : CAGE_STATUS_ERROR;
+        } else if (WIFSIGNALED(ws)) {
+                res->signal = WTERMSIG(ws);
+                verdict_set(res, CAGE_STATUS_ERROR, "killed by signal %d (%s)", res->signal,
+                            strsignal(res->signal));
+        }
+}
+
+void verdict_timeout(struct cage_result *res, uint64_t timeout_ms)
+{
+        verdict_set(res, CAGE_STATUS_TIMEOUT, "wall-clock timeout of %llu ms reached",
+                    (unsigned long long)timeout_ms);
+}
+
+void verdict_output_limit(struct cage_result *res, uint64_t stop_bytes)
+{
+        verdict_set(res, CAGE_STATUS_OUTPUT_LIMIT,
+                    "stopped after writing more than %llu bytes of output",
+                    (unsigned long long)stop_bytes);
+}
+
+void verdict_oom(struct cage_result *res, uint64_t memory_bytes)
+{
+        verdict_set(res, CAGE_STATUS_OOM, "out of memory: the memory limit of %llu MiB was reached",
+                    (unsigned long long)(memory_bytes >> 20));
+}
+
+void verdict_cancelled(struct cage_result *res)
+{
+        verdict_set(res, CAGE_STATUS_CANCELLED, "cancelled");
+}

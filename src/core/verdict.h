@@ -1,0 +1,22 @@
+/* The verdicts every runner gives (one-shot runs in supervise.c, execs in
+ * box_exec.c): one place for each status's rule and the wording of its
+ * reason, so a timeout or an OOM reads the same whatever ran it. */
+#ifndef CODECAGE_CORE_VERDICT_H
+#define CODECAGE_CORE_VERDICT_H
+
+#include <stdint.h>
+
+#include "codecage/codecage.h"
+
+/* status + a formatted reason. */
+void verdict_set(struct cage_result *res, enum cage_status status, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
+/* ok / error from the program's wait status (exit code, or the signal with
+ * its name in the reason). */
+void verdict_from_wait_status(struct cage_result *res, int wait_status);
+void verdict_timeout(struct cage_result *res, uint64_t timeout_ms);
+void verdict_output_limit(struct cage_result *res, uint64_t stop_bytes);
+void verdict_oom(struct cage_result *res, uint64_t memory_bytes);
+void verdict_cancelled(struct cage_result *res);
+
+#endif
