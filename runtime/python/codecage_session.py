@@ -13,20 +13,22 @@ namespace, never lets the channel reach child processes, catches what the code
 throws at it and bounds everything it sends. It is not a security boundary
 (the sandbox is); it only keeps honest mistakes from breaking the session.
 """
-import ast
+# Only modules that are cheap to load: an idle session's memory is mostly
+# what its imports cost. `_ast` and `_thread` are the built-in halves of
+# `ast` and `threading`; `_json` is the C half of `json` (whose Python half
+# loads `re`); the channel is a plain fd (no `socket`); `traceback` and
+# `linecache` load on the first error.
+import _ast
+import _json
+import _signal as signal  # the C module: `signal` loads enum, functools, ...
+import _thread
 import builtins
-import json
 import keyword
-import linecache
 import os
 import select
-import signal
-import socket
 import struct
 import sys
-import threading
 import time
-import traceback
 import types
 
 CHANNEL_FD = 3
@@ -38,11 +40,59 @@ RETURN_MAX = 1 << 20  # the most a run's `return_max` may ask for
 TEXT_MAX = 65536  # `get` reprs, error messages, tracebacks
 NAME_MAX = 256  # type names
 CO_COROUTINE = 0x80  # inspect.CO_COROUTINE, without importing inspect
-COMPILE_FLAGS = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
-ENCODE = json.JSONEncoder(allow_nan=False, separators=(",", ":")).encode
-DECODE = json.JSONDecoder().decode
+COMPILE_FLAGS = _ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+
+
+def _refuse_constant(name):
+    raise ValueError(f"{name} is not JSON")
+
+
+class _DecodeOptions:
+    """What _json's scanner reads: json.JSONDecoder()'s defaults, strict."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = staticmethod(_refuse_constant)
+    memo = {}
+
+
+_SCAN = _json.make_scanner(_DecodeOptions())
+
+
+def _refuse(value):
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+# json.JSONEncoder(allow_nan=False, separators=(",", ":")).encode, in C.
+_ENCODER = _json.make_encoder({}, _refuse, _json.encode_basestring_ascii, None, ":", ",",
+                              False, False, False)
+
+
+def ENCODE(value):
+    if isinstance(value, str):
+        return _json.encode_basestring_ascii(value)
+    return "".join(_ENCODER(value, 0))
+
+
+def DECODE(text):
+    """json.loads(text) for a whole document; ValueError otherwise."""
+    try:
+        value, end = _SCAN(text, 0)
+    except StopIteration as stop:
+        raise ValueError(f"not JSON at {stop.value}") from None
+    except Exception as exc:  # _json reports some errors through json.decoder
+        raise ValueError(f"not JSON: {exc}") from None
+    if end != len(text):
+        raise ValueError(f"extra data at {end}")
+    return value
+
 DRIVER_GLOBALS = globals()
-MAIN_THREAD = threading.main_thread()
+MAIN_THREAD = _thread.get_ident()
+SOURCES = {}  # cell file name -> source lines, for tracebacks (see cell_sources)
+SOURCES_KEPT = 1000  # the cells whose lines tracebacks can still show
 STREAMS = (sys.stdout, sys.stderr)  # the real ones, whatever the code does to sys
 
 
@@ -89,17 +139,20 @@ class Channel:
 
     def __init__(self, fd):
         os.set_inheritable(fd, False)
-        self.sock = socket.socket(fileno=fd)
+        self.fd = fd
         self.poller = select.poll()
         self.poller.register(fd, select.POLLIN)
 
     def send(self, text):
         """Sends one frame whose JSON is text (ASCII: ENCODE escapes the rest)."""
         data = text.encode()
-        try:
-            self.sock.sendall(HEADER.pack(len(data), 0) + data)
-        except OSError:
-            exit_driver(0)  # the server has gone
+        with memoryview(HEADER.pack(len(data), 0) + data) as view:
+            sent = 0
+            while sent < len(view):
+                try:
+                    sent += os.write(self.fd, view[sent:])
+                except OSError:
+                    exit_driver(0)  # the server has gone
 
     def wait(self):
         """Blocks until something is readable."""
@@ -127,7 +180,7 @@ class Channel:
         with memoryview(buf) as view:
             while got < size:
                 try:
-                    n = self.sock.recv_into(view[got:])
+                    n = os.readv(self.fd, [view[got:]])
                 except OSError:
                     n = 0
                 if n == 0:
@@ -233,7 +286,19 @@ def format_error(exc):
         seen.add(id(chained))
         chained.__traceback__ = user_traceback(chained.__traceback__, chained is exc)
         chained = chained.__cause__ or chained.__context__
+    import traceback
+
+    cell_sources()
     return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+
+
+def cell_sources():
+    """Puts the cells' source into linecache, where tracebacks find it.
+    Done when linecache is loaded anyway (an error, or code that imports it)."""
+    import linecache
+
+    for filename, lines in SOURCES.items():
+        linecache.cache[filename] = (sum(map(len, lines)), None, lines, filename)
 
 
 def error_info(exc):
@@ -297,10 +362,10 @@ def identifier(name):
 def compile_cell(source, filename):
     """(body, last): code for the statements and, when the cell ends with an
     expression, code for its value (else None). Parses once."""
-    tree = compile(source, filename, "exec", ast.PyCF_ONLY_AST | COMPILE_FLAGS)
+    tree = compile(source, filename, "exec", _ast.PyCF_ONLY_AST | COMPILE_FLAGS)
     last = None
-    if tree.body and isinstance(tree.body[-1], ast.Expr):
-        last = compile(ast.Expression(tree.body.pop().value), filename, "eval", COMPILE_FLAGS)
+    if tree.body and isinstance(tree.body[-1], _ast.Expr):
+        last = compile(_ast.Expression(tree.body.pop().value), filename, "eval", COMPILE_FLAGS)
     body = compile(tree, filename, "exec", COMPILE_FLAGS) if tree.body else None
     return body, last
 
@@ -404,7 +469,7 @@ class Session:
 
     def __init__(self, channel):
         self.channel = channel
-        self.lock = threading.Lock()  # the channel while a run goes on; running, calls
+        self.lock = _thread.allocate_lock()  # the channel while a run goes on; running, calls
         self.running = False
         self.budget = self.calls = self.runs = 0
         self.next_id = 1
@@ -476,7 +541,12 @@ class Session:
         filename = f"<cell-{count(msg, 'cell', self.runs)}>"
         for name in field(msg, "functions", list, ()):
             self.register(name)
-        linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+        SOURCES[filename] = code.splitlines(True)
+        while len(SOURCES) > SOURCES_KEPT:
+            del SOURCES[next(iter(SOURCES))]
+        if "linecache" in sys.modules:  # the code may format tracebacks itself
+            lines = SOURCES[filename]
+            sys.modules["linecache"].cache[filename] = (len(code), None, lines, filename)
         with self.lock:
             self.running, self.calls, self.budget = True, 0, budget
         start = time.perf_counter()
@@ -511,7 +581,7 @@ class Session:
     def host_call(self, fn, args, kwargs):
         """Makes one host call and returns its value. Threads take turns; only
         the main thread can be interrupted while it waits."""
-        main = threading.current_thread() is MAIN_THREAD
+        main = _thread.get_ident() == MAIN_THREAD
         with self.lock:
             call_id, text = self.prepare_call(fn, args, kwargs)
             if main:
