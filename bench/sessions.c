@@ -8,6 +8,9 @@
  *   one-shot print(1), cold           the same with a policy no pool serves
  *   sustained one-shot throughput     2 client threads, each run a fresh sandbox
  *   memory per idle session           N live sessions: MemAvailable drop / N
+ *   MCP round trips over stdio        `codecage mcp` as a child: run_python in
+ *                                     a sandbox's session and one-shot, against
+ *                                     the same calls through the C API
  *
  * Usage (root): build/bench/bench-sessions [--rounds N] [--sessions N]
  *               [--seconds S] [--data DIR] */
@@ -200,6 +203,153 @@ static long mem_available_kib(void)
         if (f)
                 fclose(f);
         return kib;
+}
+
+/* ---- MCP over stdio ---- */
+
+struct mcp_child {
+        pid_t pid;
+        FILE *in, *out;
+        int id;
+};
+
+static int mcp_start(struct mcp_child *m, const char *config)
+{
+        char exe[4096], bin[4200];
+        ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+        if (n <= 0)
+                return -1;
+        exe[n] = '\0';
+        *strrchr(exe, '/') = '\0';
+        snprintf(bin, sizeof(bin), "%s/codecage", exe);
+        int to[2], from[2];
+        if (pipe(to) < 0 || pipe(from) < 0)
+                return -1;
+        char *argv[] = {bin, "mcp", "--config", (char *)config, NULL};
+        posix_spawn_file_actions_t fa;
+        posix_spawn_file_actions_init(&fa);
+        posix_spawn_file_actions_adddup2(&fa, to[0], 0);
+        posix_spawn_file_actions_adddup2(&fa, from[1], 1);
+        posix_spawn_file_actions_addclose(&fa, to[1]);
+        posix_spawn_file_actions_addclose(&fa, from[0]);
+        int e = posix_spawn(&m->pid, bin, &fa, NULL, argv, environ);
+        posix_spawn_file_actions_destroy(&fa);
+        close(to[0]);
+        close(from[1]);
+        m->in = fdopen(to[1], "w");
+        m->out = fdopen(from[0], "r");
+        return e ? -1 : 0;
+}
+
+/* One request; returns the response line's result (or NULL). */
+static json_t *mcp_call(struct mcp_child *m, const char *method, json_t *params)
+{
+        json_t *req = json_pack("{s:s, s:i, s:s, s:o}", "jsonrpc", "2.0", "id", ++m->id,
+                                "method", method, "params", params);
+        char *text = json_dumps(req, JSON_COMPACT);
+        fprintf(m->in, "%s\n", text);
+        fflush(m->in);
+        free(text);
+        json_decref(req);
+        static char line[1 << 20];
+        while (fgets(line, sizeof(line), m->out)) {
+                json_t *msg = json_loads(line, 0, NULL);
+                json_t *id = json_object_get(msg, "id");
+                if (json_is_integer(id) && json_integer_value(id) == m->id &&
+                    !json_object_get(msg, "method")) {
+                        json_t *result = json_incref(json_object_get(msg, "result"));
+                        json_decref(msg);
+                        return result;
+                }
+                json_decref(msg);
+        }
+        return NULL;
+}
+
+static double mcp_tool_ms(struct mcp_child *m, json_t *args)
+{
+        double t0 = now_ms();
+        json_t *r = mcp_call(m, "tools/call", json_pack("{s:s, s:o}", "name", "run_python",
+                                                        "arguments", args));
+        double dt = now_ms() - t0;
+        bool ok = r && !json_is_true(json_object_get(r, "isError"));
+        json_decref(r);
+        return ok ? dt : -1;
+}
+
+static double named_python_ms(struct cage_service *svc, const char *name)
+{
+        json_t *req = json_pack("{s:s}", "code", "print(1)"), *res = NULL;
+        struct cage_error err = {0};
+        double t0 = now_ms();
+        int r = cage_service_python_run(svc, CAGE_SERVICE_DEFAULT_TENANT, name, req, NULL, NULL,
+                                        &res, &err);
+        double dt = now_ms() - t0;
+        json_decref(req);
+        json_decref(res);
+        return r < 0 ? -1 : dt;
+}
+
+static void bench_mcp(struct cage_service *svc)
+{
+        char config[512], path[300];
+        snprintf(path, sizeof(path), "%s/mcp.json", data_dir);
+        snprintf(config, sizeof(config), "{\"data_dir\": \"%s/mcp\", \"pool_size\": 4}",
+                 data_dir);
+        FILE *f = fopen(path, "we");
+        if (!f)
+                return;
+        fputs(config, f);
+        fclose(f);
+        struct mcp_child m = {0};
+        json_t *init = json_pack("{s:s, s:{}, s:{s:s, s:s}}", "protocolVersion", "2025-11-25",
+                                 "capabilities", "clientInfo", "name", "bench", "version", "1");
+        json_t *r = mcp_start(&m, path) == 0 ? mcp_call(&m, "initialize", init) : NULL;
+        if (!r) {
+                fprintf(stderr, "bench: codecage mcp did not start\n");
+                return;
+        }
+        json_decref(r);
+        fprintf(m.in, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n");
+        json_decref(mcp_call(&m, "tools/call",
+                             json_pack("{s:s, s:{s:s}}", "name", "sandbox_create", "arguments",
+                                       "name", "bench")));
+        json_t *create = json_pack("{s:s}", "name", "bench"), *info = NULL;
+        struct cage_error err = {0};
+        cage_service_sandbox_create(svc, CAGE_SERVICE_DEFAULT_TENANT, create, &info, &err);
+        json_decref(create);
+        json_decref(info);
+        int n = rounds / 5 ? rounds / 5 : 1;
+        double *a = calloc((size_t)n, sizeof(double)), *b = calloc((size_t)n, sizeof(double));
+        mcp_tool_ms(&m, json_pack("{s:s, s:s}", "code", "print(1)", "sandbox", "bench"));
+        named_python_ms(svc, "bench");
+        for (int i = 0; i < n; i += BLOCK) {
+                for (int j = i; j < i + BLOCK && j < n; j++)
+                        a[j] = mcp_tool_ms(&m, json_pack("{s:s, s:s}", "code", "print(1)",
+                                                         "sandbox", "bench"));
+                for (int j = i; j < i + BLOCK && j < n; j++)
+                        b[j] = named_python_ms(svc, "bench");
+        }
+        printf("run_python(\"print(1)\") in a sandbox's session (%d rounds):\n", n);
+        report("MCP over stdio (codecage mcp)", a, n);
+        report("C API (cage_service_python_run)", b, n);
+        printf("  the MCP layer adds %.3f ms (bar: well under 1 ms)\n", median(a, n) - median(b, n));
+        int k = n / 4 ? n / 4 : 1;
+        for (int i = 0; i < k; i++) {
+                usleep(300000); /* both pools refilled */
+                a[i] = mcp_tool_ms(&m, json_pack("{s:s}", "code", "print(1)"));
+                usleep(300000);
+                b[i] = oneshot_ms(svc, "{\"code\": \"print(1)\"}");
+        }
+        printf("one-shot run_python(\"print(1)\") from the pool (%d rounds):\n", k);
+        report("MCP over stdio (codecage mcp)", a, k);
+        report("C API (cage_service_python_run)", b, k);
+        cage_service_sandbox_remove(svc, CAGE_SERVICE_DEFAULT_TENANT, "bench", &err);
+        fclose(m.in);
+        waitpid(m.pid, NULL, 0);
+        fclose(m.out);
+        free(a);
+        free(b);
 }
 
 /* ---- the runs ---- */
@@ -396,6 +546,7 @@ int main(int argc, char **argv)
         bench_oneshot(svc, bare);
         bench_throughput(svc);
         bench_breakdown();
+        bench_mcp(svc);
         bench_memory();
         cage_service_close(svc);
         cage_config_free(cfg);

@@ -34,3 +34,18 @@ codecage_build() {
         fi
         ninja --quiet -C "$dir"
 }
+
+# MCP: the pinned MCP clients the tests drive (tests/mcp/package-lock.json:
+# Node 22, the conformance suite, the TypeScript SDK, the Inspector), into
+# tests/mcp/node_modules. Debian's npm only fetches them; idempotent.
+codecage_install_mcp_clients() {
+        if ! command -v npm >/dev/null; then
+                if [ "$(id -u)" != 0 ]; then
+                        echo "codecage: run as root (or install npm) for the MCP test clients" >&2
+                        return 1
+                fi
+                DEBIAN_FRONTEND=noninteractive apt-get update -q
+                DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends npm
+        fi
+        "$(dirname "${BASH_SOURCE[0]}")/../tests/mcp/install.sh"
+}

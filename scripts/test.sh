@@ -8,6 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/deps.sh
 codecage_install_deps
+# MCP: the pinned MCP clients that tests/integration/test_mcp.py drives.
+codecage_install_mcp_clients
 
 echo "== build" >&2
 codecage_build build

@@ -17,6 +17,8 @@ static const struct {
         {"doctor", cmd_doctor, "check what this host supports and how to fix what it lacks"},
         {"serve", cmd_serve, "serve the HTTP API (docs/API.md) until SIGINT/SIGTERM"},
         {"sandbox", cmd_sandbox, "manage named sandboxes on a running codecage serve"},
+        /* MCP (cmd_mcp.c) */
+        {"mcp", cmd_mcp, "serve MCP over stdio for agents (docs/MCP.md)"},
 };
 
 static void usage(FILE *f)
@@ -51,6 +53,9 @@ int main(int argc, char **argv)
                 printf("codecage %s\n", CODECAGE_VERSION);
                 return 0;
         }
+        /* MCP: serve's --mcp-* options belong to the MCP server (cmd_mcp.c). */
+        if (strcmp(argv[1], "serve") == 0 && mcp_serve_options_take(&argc, argv) < 0)
+                return EXIT_CODECAGE_FAILED;
         for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
                 if (strcmp(argv[1], commands[i].name) == 0)
                         return commands[i].fn(argc - 1, argv + 1);

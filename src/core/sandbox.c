@@ -71,14 +71,18 @@ static void wait_for_supervisor(const struct launch_plan *plan, char expected)
                 _exit(125); /* the supervisor is gone or failed: it reports */
 }
 
+/* Raw system calls, not glibc's wrappers: those broadcast the change to
+ * every thread of the process (__nptl_setxid) and wait on futexes of the
+ * supervisor's other threads, which do not exist in this clone — a thread
+ * being created or exiting at clone time would hang the child forever. */
 static void become_sandbox_user(const struct launch_plan *plan)
 {
         /* Root's supplementary groups would still grant host group access. */
-        if (plan->privileged && setgroups(0, NULL) < 0)
+        if (plan->privileged && syscall(SYS_setgroups, 0, NULL) < 0)
                 child_fail(plan, "setgroups", errno);
-        if (setresgid(SANDBOX_GID, SANDBOX_GID, SANDBOX_GID) < 0)
+        if (syscall(SYS_setresgid, SANDBOX_GID, SANDBOX_GID, SANDBOX_GID) < 0)
                 child_fail(plan, "setresgid", errno);
-        if (setresuid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID) < 0)
+        if (syscall(SYS_setresuid, SANDBOX_UID, SANDBOX_UID, SANDBOX_UID) < 0)
                 child_fail(plan, "setresuid", errno);
 }
 

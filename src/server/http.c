@@ -32,6 +32,7 @@
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <stdarg.h>
+#include <stddef.h> /* MCP: offsetof */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,7 @@
 #include <unistd.h>
 
 #include "server/http.h"
+#include "server/mcp_http.h" /* MCP: /mcp */
 #include "services/config.h"
 #include "services/redact.h"
 #include "services/service.h"
@@ -62,6 +64,7 @@ struct cage_http_server {
         size_t n_daemons;
         int shutdown_pipe[2];
         char *unix_path; /* the socket we created, removed at stop */
+        struct mcp_http *mcp; /* MCP: the /mcp endpoint (mcp_http.c) */
         char describe[DESCRIBE_MAX];
 };
 
@@ -79,6 +82,9 @@ struct http_request {
         size_t body_len, body_cap;
         uint64_t discarded; /* bytes past the limit, counted, not kept */
         struct sse_stream *stream;
+        /* MCP: a request to /mcp, handled by mcp_http.c */
+        bool mcp;
+        struct mcp_http_request *mcp_req;
 };
 
 /* ---- logging ------------------------------------------------------------- */
@@ -245,6 +251,37 @@ static enum MHD_Result check_headers(struct http_request *req, struct MHD_Connec
         return MHD_YES;
 }
 
+/* ---- MCP: /mcp is served by mcp_http.c, after this file's auth ---------- */
+
+static struct mcp_http *mcp_of(const struct http_request *req)
+{
+        const char *ctx = (const char *)req->ctx;
+        return ((const struct cage_http_server *)(ctx - offsetof(struct cage_http_server, ctx)))
+                ->mcp;
+}
+
+static enum MHD_Result begin_mcp(struct http_request *req, struct MHD_Connection *conn,
+                                 const char *method)
+{
+        const char *msg = NULL, *allow = NULL;
+        unsigned status = mcp_http_precheck(mcp_of(req), conn, method, &msg, &allow);
+        if (status)
+                return respond_error(req, conn, status, msg, allow);
+        req->mcp = true;
+        req->match.flags = ROUTE_RAW_BODY;
+        return check_headers(req, conn);
+}
+
+static enum MHD_Result finish_mcp(struct http_request *req, struct MHD_Connection *conn)
+{
+        req->responded = true;
+        return (enum MHD_Result)mcp_http_handle(mcp_of(req), conn, req->method, req->tenant,
+                                                req->body ? req->body : "", req->body_len,
+                                                &req->status, &req->mcp_req);
+}
+
+/* ---- (end of MCP) ---------------------------------------------------------- */
+
 static enum MHD_Result begin(struct http_request *req, struct MHD_Connection *conn,
                              const char *method)
 {
@@ -255,6 +292,8 @@ static enum MHD_Result begin(struct http_request *req, struct MHD_Connection *co
         snprintf(req->method, sizeof(req->method), "%s", method);
         if (req->uri_too_long)
                 return respond_error(req, conn, 414, "the request target is too long", NULL);
+        if (mcp_http_is_endpoint(req->raw_uri)) /* MCP */
+                return begin_mcp(req, conn, method);
         char *q = strchr(req->raw_uri, '?');
         char *frag = strchr(req->raw_uri, '#');
         if (frag)
@@ -361,6 +400,8 @@ static enum MHD_Result finish(struct http_request *req, struct MHD_Connection *c
         struct cage_error err = {0};
         if (req->body)
                 req->body[req->body_len] = '\0';
+        if (req->mcp) /* MCP */
+                return finish_mcp(req, conn);
         /* A service call may take as long as an exec's timeout: no idle
          * timeout meanwhile; re-arming it restarts MHD's idle clock. */
         MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
@@ -407,6 +448,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                 return;
         *con_cls = NULL;
         sse_stream_finish(req->stream);
+        mcp_http_request_done(req->mcp_req); /* MCP */
         log_request(req, toe);
         http_match_clear(&req->match);
         free(req->body);
@@ -574,6 +616,8 @@ int cage_http_start(const struct cage_config *cfg, struct cage_service *svc,
         int r = cage_config_redactor(cfg, &srv->ctx.redactor, err);
         if (r < 0)
                 return r;
+        if ((r = mcp_http_new(cfg, svc, srv->ctx.shutdown_fd, &srv->mcp, err)) < 0) /* MCP */
+                return r;
         if ((r = start_listeners(srv, err)) < 0)
                 return r;
         *ret = TAKE_PTR(srv);
@@ -602,6 +646,7 @@ struct cage_http_server *cage_http_stop(struct cage_http_server *srv)
                 (void)!write(srv->shutdown_pipe[1], "x", 1);
         for (size_t i = 0; i < srv->n_daemons; i++)
                 MHD_stop_daemon(srv->daemons[i]);
+        mcp_http_free(srv->mcp); /* MCP: after every connection is gone */
         remove_socket(srv->unix_path);
         free(srv->unix_path);
         for (int i = 0; i < 2; i++)

@@ -1,0 +1,329 @@
+/* The MCP server of codecage (docs/MCP.md), shared by the files of
+ * src/server that make it up; transports see only mcp_receive() and the
+ * session and call life cycle:
+ *   mcp_server.c     the server object: options, tool table, redactor
+ *   mcp_protocol.c   the method table and dispatch: initialize, ping,
+ *                    logging, tools, resources, notifications
+ *   mcp_session.c    a session: negotiated state, requests in flight
+ *                    (cancellation), requests to the client (sampling)
+ *   mcp_tools.c      the tool table, tools/list, tools/call, argument checks
+ *   mcp_handlers.c   the sandbox_*, file_* and python_* tools
+ *   mcp_run.c        run_python and run_shell: progress, cancellation,
+ *                    artifacts as images and resource links
+ *   mcp_sampling.c   llm_query / llm_query_batched as sampling requests
+ *   mcp_content.c    content blocks, tool results, base64, URIs
+ *   mcp_resources.c  resources/list, read, templates/list (codecage://)
+ *   mcp_fixtures.c   the conformance suite's fixtures (--mcp-conformance)
+ *   mcp_stdio.c      newline-delimited JSON-RPC on stdin/stdout
+ *   mcp_sse.c        Server-Sent Event streams of the HTTP transport
+ *   mcp_http.c       Streamable HTTP at /mcp of `codecage serve`
+ * Dependencies point down: transports -> protocol -> tools -> service. */
+#ifndef CODECAGE_SERVER_MCP_H
+#define CODECAGE_SERVER_MCP_H
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "codecage/codecage.h"
+#include "server/jsonrpc.h"
+#include "services/config.h"
+
+struct cage_service;
+struct cage_redactor;
+
+#define MCP_VERSION_LATEST   "2025-11-25"
+#define MCP_SERVER_NAME      "codecage"
+#define MCP_CALLS_MAX        64           /* requests in flight per session */
+#define MCP_CLIENT_WAIT_MS   (600 * 1000) /* for the client's answer to our request */
+#define MCP_PAGE_SIZE        50           /* tools / resources per page */
+#define MCP_CURSOR_MAX       64
+#define MCP_IMAGE_MAX        (1024 * 1024) /* bytes of one image returned inline */
+#define MCP_IMAGES_TOTAL_MAX (4 * 1024 * 1024)
+#define MCP_IMAGES_MAX       8
+#define MCP_READ_MAX         (8 * 1024 * 1024) /* bytes of one resources/read or file_read */
+#define MCP_PROGRESS_MS      100               /* at most 10 progress notifications a second */
+#define MCP_SESSION_ID_LEN   32
+
+/* ---- the server ---------------------------------------------------------- */
+
+/* What the command line chooses (codecage mcp / serve). */
+struct mcp_options {
+        bool conformance;             /* the conformance suite's fixtures: tests only */
+        const char *tools;            /* "run_python,file_read": only these; NULL = all */
+        const char *const *upstreams; /* code mode: "NAME=COMMAND ARGS..." */
+        size_t n_upstreams;
+};
+
+#define MCP_UPSTREAMS_MAX 16
+struct mcp_upstream;
+
+struct mcp_server {
+        const struct cage_config *cfg;
+        struct cage_service *svc;
+        struct cage_redactor *redactor; /* secrets, for live output */
+        bool conformance;
+        json_t *tools;    /* definitions of the enabled tools, in order */
+        json_t *fixtures; /* conformance fixtures (tools, resources, prompts) or NULL */
+        struct mcp_upstream **upstreams; /* code mode (mcp_upstream.c) */
+        size_t n_upstreams;
+};
+
+int mcp_server_new(const struct cage_config *cfg, struct cage_service *svc,
+                   const struct mcp_options *opts, struct mcp_server **ret, struct cage_error *err);
+struct mcp_server *mcp_server_free(struct mcp_server *srv);
+
+/* CLOCK_MONOTONIC in milliseconds. */
+uint64_t mcp_now_ms(void);
+
+/* The process-wide options of `codecage serve` (set by the command line
+ * before the server starts; read by mcp_http.c). */
+void mcp_serve_options_set(const struct mcp_options *opts);
+const struct mcp_options *mcp_serve_options(void);
+
+/* ---- transports ------------------------------------------------------------ */
+
+/* MCP over stdio (`codecage mcp`): newline-delimited JSON-RPC read from
+ * in_fd and written to out_fd, as tenant "default", until end of input or
+ * until stop_fd is readable. Each tools/call runs on its own thread;
+ * running calls are cancelled and waited for before this returns. */
+int mcp_stdio_run(struct mcp_server *srv, int in_fd, int out_fd, int stop_fd,
+                  struct cage_error *err);
+
+/* The Server-Sent Event streams of the HTTP transport (mcp_sse.c): a
+ * bounded queue of `event: message` events filled by any thread through
+ * the stream's sink and drained by libmicrohttpd on the connection's
+ * thread, with keep-alive comments. Reference counted: the creator and
+ * the MHD response each hold one. */
+struct mcp_stream;
+struct MHD_Response;
+struct mcp_stream *mcp_stream_new(int sock_fd, int shutdown_fd);
+struct mcp_stream *mcp_stream_ref(struct mcp_stream *st);
+struct mcp_stream *mcp_stream_unref(struct mcp_stream *st);
+struct mcp_sink *mcp_stream_sink(struct mcp_stream *st);
+/* No more events: the response ends once the queue is drained. */
+void mcp_stream_end(struct mcp_stream *st);
+/* The reader is gone or must stop: pushes fail from now on. */
+void mcp_stream_close(struct mcp_stream *st);
+struct MHD_Response *mcp_stream_response(struct mcp_stream *st);
+
+/* ---- errors of the protocol layer ---------------------------------------- */
+
+struct mcp_error {
+        int code; /* JSON-RPC error code */
+        char message[512];
+};
+
+/* Fills e; returns NULL so handlers can `return mcp_fail(...)`. */
+json_t *mcp_fail(struct mcp_error *e, int code, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
+
+/* ---- sinks: where messages to the client go ------------------------------- */
+
+/* stdout, or one SSE stream. send() is thread-safe, borrows msg, and
+ * returns -EPIPE once the client is gone. */
+struct mcp_sink {
+        int (*send)(struct mcp_sink *sink, const json_t *msg);
+};
+
+/* ---- sessions and calls ---------------------------------------------------- */
+
+enum mcp_log_level {
+        MCP_LOG_DEBUG,
+        MCP_LOG_INFO,
+        MCP_LOG_NOTICE,
+        MCP_LOG_WARNING,
+        MCP_LOG_ERROR,
+        MCP_LOG_CRITICAL,
+        MCP_LOG_ALERT,
+        MCP_LOG_EMERGENCY,
+};
+const char *mcp_log_level_to_string(enum mcp_log_level l);
+int mcp_log_level_from_string(const char *s); /* -1 unknown */
+
+struct mcp_call;
+struct mcp_pending;
+
+/* One client's session. Fields below `lock` change under it. */
+struct mcp_session {
+        struct mcp_server *srv;
+        char tenant[CAGE_CONFIG_TENANT_NAME_MAX + 1];
+        pthread_mutex_t lock;
+        pthread_cond_t cond; /* an answer arrived, a call was cancelled, closed */
+        int refs;
+        bool initialized, closed;
+        bool deaf;                  /* the client can send nothing more (stdin ended) */
+        char version[16];           /* negotiated protocol revision */
+        bool sampling, elicitation; /* client capabilities */
+        enum mcp_log_level log_level;
+        struct mcp_call *calls; /* requests in flight */
+        size_t n_calls;
+        struct mcp_pending *pending; /* our requests waiting for the client */
+        json_int_t next_id;
+};
+
+struct mcp_session *mcp_session_new(struct mcp_server *srv, const char *tenant);
+struct mcp_session *mcp_session_ref(struct mcp_session *s);
+struct mcp_session *mcp_session_unref(struct mcp_session *s);
+/* Cancels every call, fails every wait; later calls are refused. */
+void mcp_session_close(struct mcp_session *s);
+/* No more messages will come from the client: requests to it fail at once
+ * (running calls go on and may still answer). */
+void mcp_session_deafen(struct mcp_session *s);
+size_t mcp_session_calls(struct mcp_session *s);
+enum mcp_log_level mcp_session_log_level(struct mcp_session *s);
+
+/* A request being handled (tools/call), registered in its session so a
+ * notifications/cancelled can reach it. */
+struct mcp_call {
+        struct mcp_session *session; /* a reference */
+        struct mcp_sink *sink;       /* where its notifications and requests go */
+        json_t *id;
+        char key[JSONRPC_KEY_MAX];
+        json_t *params;               /* an object */
+        const json_t *progress_token; /* params._meta.progressToken or NULL */
+        int cancel[2];                /* readable once cancelled (service cancel_fd) */
+        bool cancelled;               /* under session->lock */
+        bool registered;
+        struct mcp_call *next;
+};
+
+/* Registers request msg as in flight: -EEXIST (its id is in flight
+ * already), -EBUSY (MCP_CALLS_MAX), -ESHUTDOWN (closed), -ENOMEM. */
+int mcp_call_new(struct mcp_session *s, struct mcp_sink *sink, const json_t *msg,
+                 struct mcp_call **ret);
+struct mcp_call *mcp_call_free(struct mcp_call *c);
+/* Cancels the call of request id (notifications/cancelled); a no-op for
+ * an id that is not in flight. */
+void mcp_session_cancel(struct mcp_session *s, const json_t *id);
+void mcp_call_cancel(struct mcp_call *c);
+bool mcp_call_cancelled(struct mcp_call *c);
+
+/* Sends a notification related to the call (progress, log). */
+int mcp_call_notify(struct mcp_call *c, const char *method, json_t *params);
+/* notifications/message when level passes the session's level. */
+void mcp_call_log(struct mcp_call *c, enum mcp_log_level level, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
+/* Sends request `method` to the client and waits (MCP_CLIENT_WAIT_MS,
+ * cancellation, session end) for its answer: 0 with *result (new
+ * reference), or -1 with *error (malloc'ed, says what went wrong). */
+int mcp_call_ask(struct mcp_call *c, const char *method, json_t *params, json_t **result,
+                 char **error);
+/* A response the client sent: wakes the request waiting for it. */
+void mcp_session_deliver(struct mcp_session *s, const json_t *response);
+
+/* ---- the protocol ---------------------------------------------------------- */
+
+enum mcp_route {
+        MCP_DONE,   /* nothing to send */
+        MCP_ANSWER, /* *answer is the response to send now */
+        MCP_CALL,   /* *call is registered: run it (on its own thread), then free it */
+};
+
+/* One message from the client (msg is borrowed). */
+enum mcp_route mcp_receive(struct mcp_session *s, struct mcp_sink *sink, const json_t *msg,
+                           json_t **answer, struct mcp_call **call);
+/* Runs a call: its response, or NULL when it was cancelled (no answer is
+ * sent for a cancelled request). */
+json_t *mcp_call_run(struct mcp_call *c);
+/* Whether msg is a request that mcp_receive() turns into an MCP_CALL. */
+bool mcp_is_call(const json_t *msg);
+bool mcp_version_supported(const char *v);
+bool mcp_method_known(const char *method);
+
+/* ---- tools ----------------------------------------------------------------- */
+
+/* Checks a --tools list ("run_python,file_read"): -EINVAL naming an
+ * unknown tool. */
+int mcp_tools_check(const char *list, struct cage_error *err);
+int mcp_tools_load(struct mcp_server *srv, const char *list, struct cage_error *err);
+json_t *mcp_tools_list(struct mcp_session *s, const json_t *params, struct mcp_error *e);
+json_t *mcp_tools_call(struct mcp_call *c, struct mcp_error *e);
+/* Cursors of paginated lists: "" or NULL -> 0; -1 for a bad one. */
+long mcp_cursor_parse(const json_t *params);
+json_t *mcp_cursor_next(size_t offset);
+
+/* Tool handlers get their arguments checked against the inputSchema's
+ * top level and return a complete CallToolResult (isError for failures a
+ * model should see). */
+typedef json_t *(*mcp_tool_fn)(struct mcp_call *c, const json_t *args);
+json_t *mcp_tool_run_python(struct mcp_call *c, const json_t *args);
+json_t *mcp_tool_run_shell(struct mcp_call *c, const json_t *args);
+/* mcp_handlers.c */
+json_t *mcp_tool_sandbox_create(struct mcp_call *c, const json_t *args);
+json_t *mcp_tool_sandbox_list(struct mcp_call *c, const json_t *args);
+json_t *mcp_tool_sandbox_remove(struct mcp_call *c, const json_t *args);
+json_t *mcp_tool_sandbox_stop(struct mcp_call *c, const json_t *args);
+json_t *mcp_tool_sandbox_logs(struct mcp_call *c, const json_t *args);
+json_t *mcp_tool_file_write(struct mcp_call *c, const json_t *args);
+json_t *mcp_tool_file_read(struct mcp_call *c, const json_t *args);
+json_t *mcp_tool_file_list(struct mcp_call *c, const json_t *args);
+json_t *mcp_tool_python_set(struct mcp_call *c, const json_t *args);
+json_t *mcp_tool_python_get(struct mcp_call *c, const json_t *args);
+json_t *mcp_tool_python_list(struct mcp_call *c, const json_t *args);
+
+/* ---- results and content (mcp_content.c) ----------------------------------- */
+
+/* isError results whose text tells a model what to do. */
+json_t *mcp_result_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+json_t *mcp_result_service_error(const char *tool, int r, const struct cage_error *err);
+/* {content: [text], structuredContent: structured}; both stolen. */
+json_t *mcp_result_structured(json_t *structured, char *text);
+json_t *mcp_text_block(const char *text);
+json_t *mcp_image_block(const void *data, size_t len, const char *mime);
+char *mcp_base64(const void *data, size_t len);
+bool mcp_utf8_valid(const void *data, size_t len);
+bool mcp_image_mime(const char *mime);
+/* codecage://runs/<run_id>/<path> and codecage://sandboxes/<name>/files/<path>
+ * with each path segment percent-encoded. */
+char *mcp_uri_run(const char *run_id, const char *path);
+char *mcp_uri_sandbox_file(const char *name, const char *path);
+/* Appends resource_link or image blocks for the artifacts of a result. */
+void mcp_add_artifacts(struct mcp_call *c, const char *sandbox, const json_t *result,
+                       json_t *content);
+/* For clients of 2025-03-26: resource_link blocks as text, no
+ * structuredContent. */
+void mcp_result_downgrade(json_t *result, const char *version);
+
+/* ---- sampling (mcp_sampling.c) -------------------------------------------- */
+
+struct cage_service_host;
+/* The host functions of Python code run by this call: llm_query and
+ * llm_query_batched through sampling/createMessage. */
+void mcp_sampling_host(struct mcp_call *c, struct cage_service_host *ret);
+/* One sampling request: 0 with *text, or -1 with *error (both malloc'ed). */
+int mcp_sample(struct mcp_call *c, const char *prompt, const json_t *kwargs, char **text,
+               char **error);
+
+/* ---- code mode (mcp_upstream.c) -------------------------------------------- */
+
+int mcp_upstreams_load(struct mcp_server *srv, const char *const *specs, size_t n,
+                       struct cage_error *err);
+void mcp_upstreams_free(struct mcp_server *srv);
+/* "a, b": the upstreams' names (malloc'ed). */
+char *mcp_upstreams_describe(const struct mcp_server *srv);
+/* tools.<fn>(**kwargs) of Python code (fn "list" lists them): fills
+ * *value or *error, like a cage_service_host function. */
+int mcp_upstream_call(struct mcp_server *srv, const char *fn, json_t *kwargs, json_t **value,
+                      char **error);
+
+/* ---- resources (mcp_resources.c) ------------------------------------------- */
+
+json_t *mcp_resources_list(struct mcp_session *s, const json_t *params, struct mcp_error *e);
+json_t *mcp_resources_read(struct mcp_session *s, const json_t *params, struct mcp_error *e);
+json_t *mcp_resources_templates(struct mcp_session *s, const json_t *params, struct mcp_error *e);
+
+/* ---- conformance fixtures (mcp_fixtures.c) --------------------------------- */
+
+int mcp_fixtures_load(struct mcp_server *srv, struct cage_error *err);
+/* NULL when name is no fixture tool (then *found is false). */
+json_t *mcp_fixture_tool(struct mcp_call *c, const char *name, const json_t *args, bool *found);
+/* The contents of a fixture resource, or NULL for another URI. */
+json_t *mcp_fixture_resource(const struct mcp_server *srv, const char *uri);
+json_t *mcp_fixture_prompt(const struct mcp_server *srv, const json_t *params, struct mcp_error *e);
+json_t *mcp_fixture_complete(const struct mcp_server *srv, const json_t *params,
+                             struct mcp_error *e);
+
+#endif

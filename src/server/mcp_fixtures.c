@@ -1,0 +1,245 @@
+/* The fixtures of the official MCP conformance suite: tools, resources,
+ * a resource template, prompts and completion, exactly as the suite's
+ * scenarios expect them. Served only with `codecage serve
+ * --mcp-conformance`, a test switch that is off by default; they touch no
+ * sandbox. Their static parts are mcp_fixtures.json (embedded); what they
+ * do (logging, progress, sampling, elicitation, substitutions) is here. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "server/mcp.h"
+#include "util/cleanup.h"
+#include "util/error.h"
+
+extern const char cage_mcp_fixtures_json[];
+extern const char cage_mcp_fixtures_json_end[];
+
+#define TEMPLATE_PREFIX "test://template/"
+#define TEMPLATE_SUFFIX "/data"
+#define TEMPLATE_ID_MAX 64
+
+/* A copy of node with the strings "@png" / "@wav" replaced by media. */
+static json_t *with_media(const json_t *node, const json_t *doc)
+{
+        const char *s = json_string_value(node);
+        if (s && (strcmp(s, "@png") == 0 || strcmp(s, "@wav") == 0))
+                return json_deep_copy(json_object_get(doc, s + 1));
+        json_t *out = json_is_object(node) || json_is_array(node) ? json_copy((json_t *)node)
+                                                                  : json_deep_copy(node);
+        const char *k;
+        json_t *v;
+        size_t i;
+        if (json_is_object(out))
+                json_object_foreach(out, k, v) json_object_set_new(out, k, with_media(v, doc));
+        if (json_is_array(out))
+                json_array_foreach(out, i, v) json_array_set_new(out, i, with_media(v, doc));
+        return out;
+}
+
+int mcp_fixtures_load(struct mcp_server *srv, struct cage_error *err)
+{
+        json_error_t jerr;
+        size_t len = (size_t)(cage_mcp_fixtures_json_end - cage_mcp_fixtures_json);
+        json_auto_t *doc = json_loadb(cage_mcp_fixtures_json, len, JSON_REJECT_DUPLICATES, &jerr);
+        if (!doc)
+                return cage_fail(err, -EINVAL, "mcp_fixtures.json: line %d: %s", jerr.line,
+                                 jerr.text);
+        srv->fixtures = with_media(doc, doc);
+        return srv->fixtures ? 0 : cage_fail(err, -ENOMEM, "fixtures");
+}
+
+static void sleep_ms(long ms)
+{
+        struct timespec ts = {.tv_sec = 0, .tv_nsec = ms * 1000000};
+        while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+                ;
+}
+
+static json_t *text_result(const char *text)
+{
+        return json_pack("{s:[o]}", "content", mcp_text_block(text));
+}
+
+/* ---- tools ------------------------------------------------------------------------ */
+
+static json_t *with_logging(struct mcp_call *c)
+{
+        mcp_call_log(c, MCP_LOG_INFO, "Tool execution started");
+        sleep_ms(50);
+        mcp_call_log(c, MCP_LOG_INFO, "Tool processing data");
+        sleep_ms(50);
+        mcp_call_log(c, MCP_LOG_INFO, "Tool execution completed");
+        return text_result("Tool with logging executed successfully");
+}
+
+static json_t *with_progress(struct mcp_call *c)
+{
+        for (int step = 0; step <= 2; step++) {
+                if (step)
+                        sleep_ms(50);
+                json_t *params = c->progress_token ? json_pack("{s:O, s:i, s:i}", "progressToken",
+                                                               c->progress_token, "progress",
+                                                               step * 50, "total", 100)
+                                                   : NULL;
+                if (params)
+                        (void)mcp_call_notify(c, "notifications/progress", params);
+        }
+        return text_result("Tool with progress executed successfully");
+}
+
+static json_t *sampling(struct mcp_call *c, const json_t *args)
+{
+        _cleanup_free_ char *text = NULL, *error = NULL, *out = NULL;
+        json_auto_t *kwargs = json_pack("{s:i}", "max_tokens", 100);
+        if (mcp_sample(c, json_string_value(json_object_get(args, "prompt")), kwargs, &text,
+                       &error) < 0)
+                return mcp_result_error("test_sampling: %s", error ? error : "failed");
+        if (asprintf(&out, "LLM response: %s", text) < 0)
+                return NULL;
+        return text_result(out);
+}
+
+static json_t *elicitation(struct mcp_call *c, const char *name, const json_t *args)
+{
+        pthread_mutex_lock(&c->session->lock);
+        bool able = c->session->elicitation;
+        pthread_mutex_unlock(&c->session->lock);
+        if (!able)
+                return mcp_result_error("%s: the client does not support elicitation", name);
+        const json_t *schema =
+                json_object_get(json_object_get(c->session->srv->fixtures, "elicitations"), name);
+        const char *message = json_string_value(json_object_get(args, "message"));
+        json_t *params = json_pack("{s:s, s:O}", "message",
+                                   message ? message : "Please provide the requested values",
+                                   "requestedSchema", schema);
+        json_auto_t *answer = NULL;
+        _cleanup_free_ char *error = NULL, *content = NULL, *out = NULL;
+        if (!params || mcp_call_ask(c, "elicitation/create", params, &answer, &error) < 0)
+                return mcp_result_error("%s: %s", name, error ? error : "failed");
+        content = json_dumps(json_object_get(answer, "content"), JSON_ENCODE_ANY | JSON_COMPACT);
+        const char *action = json_string_value(json_object_get(answer, "action"));
+        int n = strcmp(name, "test_elicitation") == 0
+                        ? asprintf(&out, "User response: <action: %s, content: %s>",
+                                   action ? action : "?", content ? content : "null")
+                        : asprintf(&out, "Elicitation completed: action=%s, content=%s",
+                                   action ? action : "?", content ? content : "null");
+        return n < 0 ? NULL : text_result(out);
+}
+
+json_t *mcp_fixture_tool(struct mcp_call *c, const char *name, const json_t *args, bool *found)
+{
+        const json_t *fixed =
+                json_object_get(json_object_get(c->session->srv->fixtures, "results"), name);
+        *found = true;
+        if (fixed)
+                return json_deep_copy(fixed);
+        if (strcmp(name, "test_tool_with_logging") == 0)
+                return with_logging(c);
+        if (strcmp(name, "test_tool_with_progress") == 0)
+                return with_progress(c);
+        if (strcmp(name, "test_sampling") == 0)
+                return sampling(c, args);
+        if (strncmp(name, "test_elicitation", 16) == 0)
+                return elicitation(c, name, args);
+        *found = false;
+        return NULL;
+}
+
+/* ---- resources ----------------------------------------------------------------------- */
+
+static json_t *template_resource(const char *uri)
+{
+        size_t plen = strlen(TEMPLATE_PREFIX), slen = strlen(TEMPLATE_SUFFIX), len = strlen(uri);
+        if (len <= plen + slen || strncmp(uri, TEMPLATE_PREFIX, plen) != 0 ||
+            strcmp(uri + len - slen, TEMPLATE_SUFFIX) != 0)
+                return NULL;
+        size_t id_len = len - plen - slen;
+        char id[TEMPLATE_ID_MAX + 1];
+        if (id_len > TEMPLATE_ID_MAX || memchr(uri + plen, '/', id_len))
+                return NULL;
+        memcpy(id, uri + plen, id_len);
+        id[id_len] = '\0';
+        json_auto_t *data = json_pack("{s:s, s:b, s:s+}", "id", id, "templateTest", 1, "data",
+                                      "Data for ID: ", id);
+        _cleanup_free_ char *text = data ? json_dumps(data, JSON_COMPACT) : NULL;
+        return text ? json_pack("{s:[{s:s, s:s, s:s}]}", "contents", "uri", uri, "mimeType",
+                                "application/json", "text", text)
+                    : NULL;
+}
+
+json_t *mcp_fixture_resource(const struct mcp_server *srv, const char *uri)
+{
+        const json_t *fixed = json_object_get(json_object_get(srv->fixtures, "contents"), uri);
+        return fixed ? json_deep_copy(fixed) : template_resource(uri);
+}
+
+/* ---- prompts and completion ----------------------------------------------------------- */
+
+static json_t *user_text(const char *text)
+{
+        return json_pack("{s:s, s:{s:s, s:s}}", "role", "user", "content", "type", "text", "text",
+                         text);
+}
+
+static json_t *prompt_messages(const struct mcp_server *srv, const char *name, const json_t *args,
+                               struct mcp_error *e)
+{
+        const char *arg1 = json_string_value(json_object_get(args, "arg1"));
+        const char *arg2 = json_string_value(json_object_get(args, "arg2"));
+        const char *res = json_string_value(json_object_get(args, "resourceUri"));
+        if (strcmp(name, "test_simple_prompt") == 0)
+                return json_pack("[o]", user_text("This is a simple prompt for testing."));
+        if (strcmp(name, "test_prompt_with_arguments") == 0) {
+                _cleanup_free_ char *text = NULL;
+                if (!arg1 || !arg2)
+                        return mcp_fail(e, JSONRPC_INVALID_PARAMS,
+                                        "prompts/get: arguments arg1 and arg2 are required");
+                if (asprintf(&text, "Prompt with arguments: arg1='%s', arg2='%s'", arg1, arg2) < 0)
+                        return NULL;
+                return json_pack("[o]", user_text(text));
+        }
+        if (strcmp(name, "test_prompt_with_embedded_resource") == 0) {
+                if (!res)
+                        return mcp_fail(e, JSONRPC_INVALID_PARAMS,
+                                        "prompts/get: argument resourceUri is required");
+                return json_pack("[{s:s, s:{s:s, s:{s:s, s:s, s:s}}}, o]", "role", "user",
+                                 "content", "type", "resource", "resource", "uri", res, "mimeType",
+                                 "text/plain", "text", "Embedded resource content for testing.",
+                                 user_text("Please process the embedded resource above."));
+        }
+        if (strcmp(name, "test_prompt_with_image") == 0)
+                return json_pack("[{s:s, s:{s:s, s:O, s:s}}, o]", "role", "user", "content", "type",
+                                 "image", "data", json_object_get(srv->fixtures, "png"), "mimeType",
+                                 "image/png", user_text("Please analyze the image above."));
+        return mcp_fail(e, JSONRPC_INVALID_PARAMS, "prompts/get: unknown prompt %.100s", name);
+}
+
+json_t *mcp_fixture_prompt(const struct mcp_server *srv, const json_t *params, struct mcp_error *e)
+{
+        const char *name = json_string_value(json_object_get(params, "name"));
+        if (!name)
+                return mcp_fail(e, JSONRPC_INVALID_PARAMS, "prompts/get: params.name is required");
+        json_t *messages = prompt_messages(srv, name, json_object_get(params, "arguments"), e);
+        return messages ? json_pack("{s:o}", "messages", messages) : NULL;
+}
+
+json_t *mcp_fixture_complete(const struct mcp_server *srv, const json_t *params,
+                             struct mcp_error *e)
+{
+        static const char *const words[] = {"paris", "park", "party"};
+        const char *value =
+                json_string_value(json_object_get(json_object_get(params, "argument"), "value"));
+        if (!json_is_object(json_object_get(params, "ref")) || !value)
+                return mcp_fail(e, JSONRPC_INVALID_PARAMS,
+                                "completion/complete: params.ref and params.argument.value are "
+                                "required");
+        json_t *values = json_array();
+        for (size_t i = 0; values && i < ELEMENTSOF(words); i++)
+                if (strncmp(words[i], value, strlen(value)) == 0)
+                        json_array_append_new(values, json_string(words[i]));
+        return json_pack("{s:{s:o, s:I, s:b}}", "completion", "values", values, "total",
+                         (json_int_t)json_array_size(values), "hasMore", 0);
+}

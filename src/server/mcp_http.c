@@ -1,0 +1,744 @@
+/* MCP's Streamable HTTP transport at /mcp (revision 2025-11-25; clients
+ * of 2025-06-18 and 2025-03-26 too), on the listeners and threads of the
+ * HTTP API (http.c authenticates the bearer token to a tenant first,
+ * exactly as for /v1/ routes, and bounds the body).
+ *
+ *   POST    one JSON-RPC message. initialize without Mcp-Session-Id opens
+ *           a session (the id comes back in that header); every other
+ *           message needs the id. A tools/call of a client that accepts
+ *           text/event-stream is answered with an SSE stream carrying its
+ *           progress, log messages and sampling requests, then its
+ *           response; the call runs on a worker thread while the
+ *           connection's thread feeds the stream. Other requests get JSON
+ *           at once; notifications and responses (the client's answers to
+ *           our sampling requests) get 202.
+ *   GET     the session's standalone SSE stream (one at a time: 409).
+ *   DELETE  ends the session: its calls are cancelled; later requests
+ *           with its id get 404.
+ *
+ * Sessions belong to the tenant that opened them (another tenant's id is
+ * 404, as if it did not exist), at most SESSIONS_PER_TENANT per tenant
+ * and SESSIONS_MAX in all; a session with no request, call or stream for
+ * SESSION_IDLE_MS is closed, and when the table is full the least
+ * recently used idle session makes room.
+ *
+ * DNS rebinding: on a loopback TCP listener, Host and Origin must name
+ * localhost, 127.0.0.1, [::1] or the configured listen host (else 403).
+ * A listener beyond loopback requires bearer tokens (config.c), which a
+ * rebinding page cannot know; the Unix socket is out of a browser's
+ * reach. An unsupported MCP-Protocol-Version header is 400.
+ *
+ * Locking: m->lock guards the session table, each entry's `users`,
+ * `removed` and `get`; it may be held while taking a session's lock,
+ * never the other way round. */
+#include <errno.h>
+#include <microhttpd.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "server/http.h"
+#include "server/mcp.h"
+#include "server/mcp_http.h"
+#include "services/config.h"
+#include "util/cleanup.h"
+#include "util/error.h"
+
+#define SESSIONS_PER_TENANT 256
+#define SESSIONS_MAX        4096
+#define SESSION_IDLE_MS     (10 * 60 * 1000)
+#define HOST_MAX            255
+#define SESSION_HEADER      "Mcp-Session-Id"
+#define VERSION_HEADER      "MCP-Protocol-Version"
+
+struct http_session {
+        struct mcp_session *s; /* a reference */
+        char id[MCP_SESSION_ID_LEN + 1];
+        uint64_t last_used_ms;
+        size_t users; /* requests using the entry now */
+        bool removed;
+        struct mcp_stream *get; /* the standalone GET stream (a reference) */
+        struct http_session *next;
+};
+
+struct mcp_http {
+        struct mcp_server *srv;
+        const struct cage_config *cfg;
+        int shutdown_fd;
+        char listen_host[HOST_MAX + 1];
+        pthread_mutex_t lock;
+        struct http_session *sessions;
+        size_t n_sessions;
+};
+
+struct mcp_http_request {
+        struct mcp_http *m;
+        struct http_session *hs; /* a use of the entry */
+        struct mcp_stream *stream;
+        pthread_mutex_t lock;
+        struct mcp_call *call; /* while it runs */
+        pthread_t worker;
+        bool worker_started, is_get;
+};
+
+/* A sink for calls answered in a plain JSON response: nothing can be
+ * sent to the client before the response. */
+static int discard_send(struct mcp_sink *sink, const json_t *msg)
+{
+        return -EPIPE;
+}
+
+static struct mcp_sink discard_sink = {.send = discard_send};
+
+/* ---- the session table ------------------------------------------------------------ */
+
+static void entry_free(struct http_session *hs)
+{
+        mcp_session_unref(hs->s);
+        mcp_stream_unref(hs->get);
+        free(hs);
+}
+
+static void unlink_locked(struct mcp_http *m, struct http_session *hs)
+{
+        for (struct http_session **p = &m->sessions; *p; p = &(*p)->next)
+                if (*p == hs) {
+                        *p = hs->next;
+                        m->n_sessions--;
+                        break;
+                }
+        hs->removed = true;
+        mcp_session_close(hs->s);
+        if (hs->get)
+                mcp_stream_end(hs->get);
+        if (hs->users == 0)
+                entry_free(hs);
+}
+
+static bool idle(struct http_session *hs)
+{
+        return hs->users == 0 && !hs->get && mcp_session_calls(hs->s) == 0;
+}
+
+static void sweep_locked(struct mcp_http *m)
+{
+        uint64_t now = mcp_now_ms();
+        for (struct http_session *hs = m->sessions, *next; hs; hs = next) {
+                next = hs->next;
+                if (idle(hs) && now - hs->last_used_ms >= SESSION_IDLE_MS)
+                        unlink_locked(m, hs);
+        }
+}
+
+static void release(struct mcp_http *m, struct http_session *hs)
+{
+        if (!hs)
+                return;
+        pthread_mutex_lock(&m->lock);
+        hs->users--;
+        hs->last_used_ms = mcp_now_ms();
+        if (hs->removed && hs->users == 0)
+                entry_free(hs);
+        pthread_mutex_unlock(&m->lock);
+}
+
+static int acquire(struct mcp_http *m, const char *id, const char *tenant,
+                   struct http_session **ret)
+{
+        pthread_mutex_lock(&m->lock);
+        sweep_locked(m);
+        struct http_session *hs = m->sessions;
+        while (hs && !(strcmp(hs->id, id) == 0 && strcmp(hs->s->tenant, tenant) == 0))
+                hs = hs->next;
+        if (hs) {
+                hs->users++;
+                hs->last_used_ms = mcp_now_ms();
+        }
+        pthread_mutex_unlock(&m->lock);
+        *ret = hs;
+        return hs ? 0 : -ENOENT;
+}
+
+/* Makes room for a session of tenant: 0, or -EBUSY when every session in
+ * the way is busy. */
+static int make_room_locked(struct mcp_http *m, const char *tenant)
+{
+        size_t mine = 0;
+        struct http_session *lru = NULL;
+        for (struct http_session *hs = m->sessions; hs; hs = hs->next) {
+                bool same = strcmp(hs->s->tenant, tenant) == 0;
+                mine += same;
+                if (idle(hs) && (same || m->n_sessions >= SESSIONS_MAX) &&
+                    (!lru || hs->last_used_ms < lru->last_used_ms))
+                        lru = hs;
+        }
+        if (mine < SESSIONS_PER_TENANT && m->n_sessions < SESSIONS_MAX)
+                return 0;
+        if (!lru)
+                return -EBUSY;
+        unlink_locked(m, lru);
+        return 0;
+}
+
+static int new_id(char id[MCP_SESSION_ID_LEN + 1])
+{
+        unsigned char raw[MCP_SESSION_ID_LEN / 2];
+        if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw))
+                return -EIO;
+        for (size_t i = 0; i < sizeof(raw); i++)
+                snprintf(id + 2 * i, 3, "%02x", raw[i]);
+        return 0;
+}
+
+static int create(struct mcp_http *m, const char *tenant, struct http_session **ret)
+{
+        struct http_session *hs = calloc(1, sizeof(*hs));
+        if (!hs || new_id(hs->id) < 0 || !(hs->s = mcp_session_new(m->srv, tenant))) {
+                free(hs);
+                return -ENOMEM;
+        }
+        hs->users = 1;
+        hs->last_used_ms = mcp_now_ms();
+        pthread_mutex_lock(&m->lock);
+        sweep_locked(m);
+        int r = make_room_locked(m, tenant);
+        if (r == 0) {
+                hs->next = m->sessions;
+                m->sessions = hs;
+                m->n_sessions++;
+        }
+        pthread_mutex_unlock(&m->lock);
+        if (r < 0) {
+                entry_free(hs);
+                return r;
+        }
+        *ret = hs;
+        return 0;
+}
+
+static void remove_session(struct mcp_http *m, struct http_session *hs)
+{
+        pthread_mutex_lock(&m->lock);
+        if (!hs->removed)
+                unlink_locked(m, hs);
+        pthread_mutex_unlock(&m->lock);
+}
+
+/* ---- responses ---------------------------------------------------------------------- */
+
+static int queue(struct MHD_Connection *conn, unsigned status, struct MHD_Response *resp,
+                 const char *session_id, unsigned *out_status)
+{
+        if (!resp)
+                return MHD_NO;
+        if (session_id)
+                MHD_add_response_header(resp, SESSION_HEADER, session_id);
+        MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+        int r = MHD_queue_response(conn, status, resp);
+        MHD_destroy_response(resp);
+        *out_status = status;
+        return r;
+}
+
+/* Queues doc (stolen) as JSON. */
+static int reply_json(struct MHD_Connection *conn, unsigned status, json_t *doc,
+                      const char *session_id, unsigned *out_status)
+{
+        char *text = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
+        json_decref(doc);
+        if (!text)
+                return MHD_NO;
+        struct MHD_Response *resp =
+                MHD_create_response_from_buffer_with_free_callback(strlen(text), text, free);
+        if (!resp) {
+                free(text);
+                return MHD_NO;
+        }
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+        return queue(conn, status, resp, session_id, out_status);
+}
+
+static int reply_error(struct MHD_Connection *conn, unsigned status, int code, const char *message,
+                       unsigned *out_status)
+{
+        return reply_json(conn, status, jsonrpc_error(NULL, code, message), NULL, out_status);
+}
+
+static int reply_empty(struct MHD_Connection *conn, unsigned status, unsigned *out_status)
+{
+        return queue(conn, status, MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT),
+                     NULL, out_status);
+}
+
+/* ---- headers ------------------------------------------------------------------------ */
+
+static const char *header(struct MHD_Connection *conn, const char *name)
+{
+        return MHD_lookup_connection_value(conn, MHD_HEADER_KIND, name);
+}
+
+static bool accepts(struct MHD_Connection *conn, const char *type)
+{
+        const char *accept = header(conn, MHD_HTTP_HEADER_ACCEPT);
+        return accept && (strcasestr(accept, type) || strstr(accept, "*/*"));
+}
+
+static bool is_json(const char *ct)
+{
+        static const char json[] = "application/json";
+        return ct && strncasecmp(ct, json, sizeof(json) - 1) == 0 &&
+               strchr("; ", ct[sizeof(json) - 1]);
+}
+
+/* The host of "host[:port]" / "[v6]:port" into out; false when malformed. */
+static bool host_part(const char *hostport, char out[HOST_MAX + 1])
+{
+        const char *end;
+        if (hostport[0] == '[') {
+                end = strchr(hostport, ']');
+                if (!end || (end[1] && end[1] != ':'))
+                        return false;
+                hostport++;
+        } else {
+                end = strchr(hostport, ':');
+                if (!end)
+                        end = hostport + strlen(hostport);
+                else if (strchr(end + 1, ':'))
+                        return false;
+        }
+        size_t n = (size_t)(end - hostport);
+        if (n == 0 || n > HOST_MAX)
+                return false;
+        memcpy(out, hostport, n);
+        out[n] = '\0';
+        return true;
+}
+
+static bool host_allowed(const struct mcp_http *m, const char *hostport)
+{
+        static const char *const local[] = {"localhost", "127.0.0.1", "::1"};
+        char host[HOST_MAX + 1];
+        if (!host_part(hostport, host))
+                return false;
+        for (size_t i = 0; i < ELEMENTSOF(local); i++)
+                if (strcasecmp(host, local[i]) == 0)
+                        return true;
+        return m->listen_host[0] && strcasecmp(host, m->listen_host) == 0;
+}
+
+static bool origin_allowed(const struct mcp_http *m, const char *origin)
+{
+        const char *p = strstr(origin, "://");
+        char hostport[HOST_MAX + 8];
+        if (!p)
+                return false;
+        p += 3;
+        size_t n = strcspn(p, "/?#");
+        if (n == 0 || n >= sizeof(hostport))
+                return false;
+        memcpy(hostport, p, n);
+        hostport[n] = '\0';
+        return host_allowed(m, hostport);
+}
+
+static bool over_unix_socket(struct MHD_Connection *conn)
+{
+        const union MHD_ConnectionInfo *ci =
+                MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        return ci && ci->client_addr && ci->client_addr->sa_family == AF_UNIX;
+}
+
+bool mcp_http_is_endpoint(const char *target)
+{
+        return strncmp(target, "/mcp", 4) == 0 && strchr("?#", target[4]);
+}
+
+unsigned mcp_http_precheck(struct mcp_http *m, struct MHD_Connection *conn, const char *method,
+                           const char **message, const char **allow)
+{
+        if (strcmp(method, "GET") != 0 && strcmp(method, "POST") != 0 &&
+            strcmp(method, "DELETE") != 0) {
+                *message = "/mcp accepts GET, POST and DELETE";
+                *allow = "GET, POST, DELETE";
+                return 405;
+        }
+        if (!m->cfg->http_loopback || over_unix_socket(conn))
+                return 0;
+        const char *host = header(conn, MHD_HTTP_HEADER_HOST);
+        const char *origin = header(conn, "Origin");
+        if ((host && !host_allowed(m, host)) || (origin && !origin_allowed(m, origin))) {
+                *message = "forbidden Host or Origin: this server answers only requests "
+                           "addressed to localhost (DNS rebinding protection)";
+                return 403;
+        }
+        return 0;
+}
+
+/* 0, or the 400 already queued for an unsupported MCP-Protocol-Version. */
+static int check_version(struct MHD_Connection *conn, unsigned *status, int *mhd)
+{
+        const char *v = header(conn, VERSION_HEADER);
+        char msg[256];
+        if (!v || mcp_version_supported(v))
+                return 0;
+        snprintf(msg, sizeof(msg),
+                 "Bad Request: unsupported MCP-Protocol-Version \"%.32s\" (supported: "
+                 "2025-11-25, 2025-06-18, 2025-03-26)",
+                 v);
+        *mhd = reply_error(conn, 400, JSONRPC_INVALID_REQUEST, msg, status);
+        return -1;
+}
+
+/* ---- POST ---------------------------------------------------------------------------- */
+
+static struct mcp_http_request *request_new(struct mcp_http *m, struct http_session *hs,
+                                            struct MHD_Connection *conn)
+{
+        const union MHD_ConnectionInfo *ci =
+                MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        struct mcp_http_request *r = calloc(1, sizeof(*r));
+        if (!r)
+                return NULL;
+        r->m = m;
+        r->hs = hs;
+        pthread_mutex_init(&r->lock, NULL);
+        r->stream = mcp_stream_new(ci ? ci->connect_fd : -1, m->shutdown_fd);
+        if (!r->stream) {
+                pthread_mutex_destroy(&r->lock);
+                free(r);
+                return NULL;
+        }
+        return r;
+}
+
+static void *call_worker(void *arg)
+{
+        struct mcp_http_request *r = arg;
+        json_t *response = mcp_call_run(r->call);
+        pthread_mutex_lock(&r->lock);
+        struct mcp_call *call = TAKE_PTR(r->call);
+        pthread_mutex_unlock(&r->lock);
+        mcp_call_free(call); /* its id may be used again once the answer is out */
+        if (response)
+                (void)mcp_stream_sink(r->stream)->send(mcp_stream_sink(r->stream), response);
+        json_decref(response);
+        mcp_stream_end(r->stream);
+        return NULL;
+}
+
+/* A tools/call answered on an SSE stream. The request takes over the
+ * use of hs. */
+static int post_stream(struct mcp_http *m, struct MHD_Connection *conn, struct http_session *hs,
+                       const json_t *msg, unsigned *status, struct mcp_http_request **slot)
+{
+        struct mcp_http_request *r = request_new(m, hs, conn);
+        json_t *answer = NULL;
+        struct mcp_call *call = NULL;
+        if (!r) {
+                release(m, hs);
+                return reply_error(conn, 500, JSONRPC_INTERNAL_ERROR, "out of memory", status);
+        }
+        *slot = r; /* mcp_http_request_done() cleans up from here on */
+        if (mcp_receive(hs->s, mcp_stream_sink(r->stream), msg, &answer, &call) != MCP_CALL)
+                return reply_json(conn, 200, answer, NULL, status);
+        r->call = call;
+        if (pthread_create(&r->worker, NULL, call_worker, r) != 0)
+                return reply_error(conn, 500, JSONRPC_INTERNAL_ERROR, "cannot start a thread",
+                                   status);
+        r->worker_started = true;
+        return queue(conn, 200, mcp_stream_response(r->stream), NULL, status);
+}
+
+/* A call answered in plain JSON runs on a worker while this thread
+ * watches the server's shutdown pipe: stopping cancels it. */
+struct watched {
+        struct mcp_call *call;
+        json_t *answer;
+        bool done;
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+};
+
+static void *watched_main(void *arg)
+{
+        struct watched *w = arg;
+        json_t *answer = mcp_call_run(w->call);
+        pthread_mutex_lock(&w->lock);
+        w->answer = answer;
+        w->done = true;
+        pthread_cond_broadcast(&w->cond);
+        pthread_mutex_unlock(&w->lock);
+        return NULL;
+}
+
+static bool readable(int fd)
+{
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        return poll(&p, 1, 0) > 0;
+}
+
+static json_t *run_watched(struct mcp_http *m, struct mcp_call *call)
+{
+        struct watched w = {.call = call};
+        pthread_t worker;
+        pthread_mutex_init(&w.lock, NULL);
+        pthread_cond_init(&w.cond, NULL);
+        if (pthread_create(&worker, NULL, watched_main, &w) != 0)
+                watched_main(&w); /* no thread to spare: run it here */
+        else {
+                pthread_mutex_lock(&w.lock);
+                while (!w.done) {
+                        struct timespec until;
+                        clock_gettime(CLOCK_REALTIME, &until);
+                        until.tv_sec += 1;
+                        pthread_cond_timedwait(&w.cond, &w.lock, &until);
+                        if (!w.done && readable(m->shutdown_fd))
+                                mcp_call_cancel(call);
+                }
+                pthread_mutex_unlock(&w.lock);
+                pthread_join(worker, NULL);
+        }
+        pthread_cond_destroy(&w.cond);
+        pthread_mutex_destroy(&w.lock);
+        return w.answer;
+}
+
+/* Anything else of a session: answered in the HTTP response. */
+static int post_plain(struct mcp_http *m, struct MHD_Connection *conn, struct http_session *hs,
+                      const json_t *msg, unsigned *status)
+{
+        json_t *answer = NULL;
+        struct mcp_call *call = NULL;
+        switch (mcp_receive(hs->s, &discard_sink, msg, &answer, &call)) {
+        case MCP_ANSWER:
+                return reply_json(conn, 200, answer, NULL, status);
+        case MCP_CALL: /* a client that takes no SSE: no progress, no sampling */
+                answer = run_watched(m, call);
+                mcp_call_free(call);
+                return answer ? reply_json(conn, 200, answer, NULL, status)
+                              : reply_empty(conn, 202, status);
+        default:
+                return reply_empty(conn, 202, status);
+        }
+}
+
+static int post_initialize(struct mcp_http *m, struct MHD_Connection *conn, const char *tenant,
+                           const json_t *msg, unsigned *status)
+{
+        struct http_session *hs = NULL;
+        json_t *answer = NULL;
+        struct mcp_call *call = NULL;
+        int r = create(m, tenant, &hs);
+        if (r < 0)
+                return reply_error(conn, r == -EBUSY ? 503 : 500, JSONRPC_INTERNAL_ERROR,
+                                   r == -EBUSY ? "too many MCP sessions are open; end some "
+                                                 "(DELETE /mcp) and try again"
+                                               : "cannot create a session",
+                                   status);
+        (void)mcp_receive(hs->s, &discard_sink, msg, &answer, &call);
+        bool ok = answer && json_object_get(answer, "result");
+        if (!ok)
+                remove_session(m, hs);
+        r = reply_json(conn, 200, answer, ok ? hs->id : NULL, status);
+        release(m, hs);
+        return r;
+}
+
+static int post_without_session(struct mcp_http *m, struct MHD_Connection *conn, const char *tenant,
+                                const json_t *msg, unsigned *status)
+{
+        const char *method = json_string_value(json_object_get(msg, "method"));
+        bool request = method && jsonrpc_id(msg);
+        if (request && strcmp(method, "initialize") == 0)
+                return post_initialize(m, conn, tenant, msg, status);
+        if (request && !mcp_method_known(method)) /* e.g. a server/discover probe */
+                return reply_json(conn, 200,
+                                  jsonrpc_errorf(jsonrpc_id(msg), JSONRPC_METHOD_NOT_FOUND,
+                                                 "Method not found: %.200s", method),
+                                  NULL, status);
+        return reply_error(conn, 400, JSONRPC_INVALID_REQUEST,
+                           "Bad Request: the Mcp-Session-Id header is required (send initialize "
+                           "first)",
+                           status);
+}
+
+static int post(struct mcp_http *m, struct MHD_Connection *conn, const char *tenant,
+                const char *body, size_t len, unsigned *status, struct mcp_http_request **slot)
+{
+        json_t *error = NULL;
+        int mhd = MHD_NO;
+        if (!is_json(header(conn, MHD_HTTP_HEADER_CONTENT_TYPE)))
+                return reply_error(conn, 415, JSONRPC_INVALID_REQUEST,
+                                   "Unsupported Media Type: send JSON with Content-Type: "
+                                   "application/json",
+                                   status);
+        if (check_version(conn, status, &mhd) < 0)
+                return mhd;
+        json_auto_t *msg = jsonrpc_parse(body, len, &error);
+        if (!msg)
+                return reply_json(conn, 400, error, NULL, status);
+        const char *id = header(conn, SESSION_HEADER);
+        struct http_session *hs = NULL;
+        if (!id)
+                return post_without_session(m, conn, tenant, msg, status);
+        if (acquire(m, id, tenant, &hs) < 0)
+                return reply_error(conn, 404, -32001,
+                                   "Session not found: it ended or never existed; initialize a "
+                                   "new one",
+                                   status);
+        if (mcp_is_call(msg) && accepts(conn, "text/event-stream"))
+                return post_stream(m, conn, hs, msg, status, slot);
+        mhd = post_plain(m, conn, hs, msg, status);
+        release(m, hs);
+        return mhd;
+}
+
+/* ---- GET and DELETE ------------------------------------------------------------------ */
+
+static int session_of_request(struct mcp_http *m, struct MHD_Connection *conn, const char *tenant,
+                              struct http_session **hs, unsigned *status, int *mhd)
+{
+        const char *id = header(conn, SESSION_HEADER);
+        if (check_version(conn, status, mhd) < 0)
+                return -1;
+        if (!id) {
+                *mhd = reply_error(conn, 400, JSONRPC_INVALID_REQUEST,
+                                   "Bad Request: the Mcp-Session-Id header is required", status);
+                return -1;
+        }
+        if (acquire(m, id, tenant, hs) < 0) {
+                *mhd = reply_error(conn, 404, -32001, "Session not found", status);
+                return -1;
+        }
+        return 0;
+}
+
+static int get(struct mcp_http *m, struct MHD_Connection *conn, const char *tenant,
+               unsigned *status, struct mcp_http_request **slot)
+{
+        struct http_session *hs = NULL;
+        int mhd = MHD_NO;
+        if (!accepts(conn, "text/event-stream"))
+                return reply_error(conn, 406, JSONRPC_INVALID_REQUEST,
+                                   "Not Acceptable: GET /mcp is an event stream; send Accept: "
+                                   "text/event-stream",
+                                   status);
+        if (session_of_request(m, conn, tenant, &hs, status, &mhd) < 0)
+                return mhd;
+        struct mcp_http_request *r = request_new(m, hs, conn);
+        if (!r) {
+                release(m, hs);
+                return reply_error(conn, 500, JSONRPC_INTERNAL_ERROR, "out of memory", status);
+        }
+        *slot = r;
+        pthread_mutex_lock(&m->lock);
+        bool busy = hs->get != NULL;
+        if (!busy) {
+                hs->get = mcp_stream_ref(r->stream);
+                r->is_get = true;
+        }
+        pthread_mutex_unlock(&m->lock);
+        if (busy)
+                return reply_error(conn, 409, JSONRPC_INVALID_REQUEST,
+                                   "Conflict: this session has an event stream open already",
+                                   status);
+        return queue(conn, 200, mcp_stream_response(r->stream), NULL, status);
+}
+
+static int delete (struct mcp_http *m, struct MHD_Connection *conn, const char *tenant,
+                   unsigned *status)
+{
+        struct http_session *hs = NULL;
+        int mhd = MHD_NO;
+        if (session_of_request(m, conn, tenant, &hs, status, &mhd) < 0)
+                return mhd;
+        remove_session(m, hs);
+        release(m, hs);
+        return reply_empty(conn, 200, status);
+}
+
+int mcp_http_handle(struct mcp_http *m, struct MHD_Connection *conn, const char *method,
+                    const char *tenant, const char *body, size_t body_len, unsigned *status,
+                    struct mcp_http_request **slot)
+{
+        /* A call answered in plain JSON may run as long as its timeout:
+         * no idle timeout meanwhile (re-arming restarts MHD's clock). */
+        MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+        int r;
+        if (strcmp(method, "POST") == 0)
+                r = post(m, conn, tenant, body, body_len, status, slot);
+        else if (strcmp(method, "GET") == 0)
+                r = get(m, conn, tenant, status, slot);
+        else
+                r = delete (m, conn, tenant, status);
+        MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT,
+                                  (unsigned)HTTP_IDLE_TIMEOUT_S);
+        return r;
+}
+
+void mcp_http_request_done(struct mcp_http_request *r)
+{
+        if (!r)
+                return;
+        mcp_stream_close(r->stream);
+        pthread_mutex_lock(&r->lock);
+        if (r->call)
+                mcp_call_cancel(r->call); /* the client is gone before the answer */
+        pthread_mutex_unlock(&r->lock);
+        if (r->worker_started)
+                pthread_join(r->worker, NULL);
+        mcp_call_free(r->call); /* a call whose worker never started */
+        if (r->is_get) {
+                pthread_mutex_lock(&r->m->lock);
+                if (r->hs->get == r->stream)
+                        r->hs->get = mcp_stream_unref(r->hs->get);
+                pthread_mutex_unlock(&r->m->lock);
+        }
+        mcp_stream_unref(r->stream);
+        release(r->m, r->hs);
+        pthread_mutex_destroy(&r->lock);
+        free(r);
+}
+
+/* ---- the endpoint ---------------------------------------------------------------------- */
+
+int mcp_http_new(const struct cage_config *cfg, struct cage_service *svc, int shutdown_fd,
+                 struct mcp_http **ret, struct cage_error *err)
+{
+        struct mcp_http *m = calloc(1, sizeof(*m));
+        if (!m)
+                return cage_fail(err, -ENOMEM, "mcp");
+        m->cfg = cfg;
+        m->shutdown_fd = shutdown_fd;
+        pthread_mutex_init(&m->lock, NULL);
+        if (cfg->listen_http && !host_part(cfg->listen_http, m->listen_host))
+                m->listen_host[0] = '\0';
+        int r = mcp_server_new(cfg, svc, mcp_serve_options(), &m->srv, err);
+        if (r < 0) {
+                mcp_http_free(m);
+                return r;
+        }
+        *ret = m;
+        return 0;
+}
+
+struct mcp_http *mcp_http_free(struct mcp_http *m)
+{
+        if (!m)
+                return NULL;
+        pthread_mutex_lock(&m->lock);
+        while (m->sessions)
+                unlink_locked(m, m->sessions);
+        pthread_mutex_unlock(&m->lock);
+        pthread_mutex_destroy(&m->lock);
+        mcp_server_free(m->srv);
+        free(m);
+        return NULL;
+}

