@@ -158,6 +158,9 @@ int cmd_mcp(int argc, char **argv)
         if (r != 0)
                 return r > 0 ? 0 : EXIT_CODECAGE_FAILED;
         r = a.config ? cage_config_load(a.config, &cfg, &err) : cage_config_defaults(&cfg, &err);
+        struct mcp_options opts = {.upstreams = a.upstreams, .n_upstreams = a.n_upstreams};
+        if (r == 0 && (r = mcp_options_apply(&opts, cfg, &err)) < 0)
+                cage_config_free(TAKE_PTR(cfg));
         if (r < 0) {
                 fprintf(stderr, "codecage: config %s: %s\n", a.config ? a.config : "(defaults)",
                         err.message);

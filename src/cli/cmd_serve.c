@@ -25,6 +25,7 @@
 
 #include "cli.h"
 #include "server/http.h"
+#include "server/mcp.h"
 #include "services/config.h"
 #include "services/service.h"
 #include "util/cleanup.h"
@@ -207,9 +208,12 @@ int cmd_serve(int argc, char **argv)
         int r = parse_args(argc, argv, &a);
         if (r != 0)
                 return r > 0 ? 0 : EXIT_CODECAGE_FAILED;
-        if (load_config(&a, &cfg, &err) < 0) {
+        if (load_config(&a, &cfg, &err) < 0 ||
+            /* --mcp-upstream: code mode's servers join the config's. */
+            mcp_options_apply(mcp_serve_options(), cfg, &err) < 0) {
                 fprintf(stderr, "codecage: config %s: %s\n", a.config ? a.config : "(defaults)",
                         err.message);
+                cage_config_free(cfg);
                 return EXIT_CODECAGE_FAILED;
         }
         /* Before any thread exists, so every thread inherits the mask. */

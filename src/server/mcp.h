@@ -53,12 +53,12 @@ struct cage_redactor;
 struct mcp_options {
         bool conformance;             /* the conformance suite's fixtures: tests only */
         const char *tools;            /* "run_python,file_read": only these; NULL = all */
-        const char *const *upstreams; /* code mode: "NAME=COMMAND ARGS..." */
+        const char *const *upstreams; /* code mode: "NAME=COMMAND ARGS...", added to the
+                                         config's upstream_servers (mcp_options_apply) */
         size_t n_upstreams;
 };
 
 #define MCP_UPSTREAMS_MAX 16
-struct mcp_upstream;
 
 struct mcp_server {
         const struct cage_config *cfg;
@@ -67,8 +67,6 @@ struct mcp_server {
         bool conformance;
         json_t *tools;    /* definitions of the enabled tools, in order */
         json_t *fixtures; /* conformance fixtures (tools, resources, prompts) or NULL */
-        struct mcp_upstream **upstreams; /* code mode (mcp_upstream.c) */
-        size_t n_upstreams;
 };
 
 int mcp_server_new(const struct cage_config *cfg, struct cage_service *svc,
@@ -297,17 +295,12 @@ void mcp_sampling_host(struct mcp_call *c, struct cage_service_host *ret);
 int mcp_sample(struct mcp_call *c, const char *prompt, const json_t *kwargs, char **text,
                char **error);
 
-/* ---- code mode (mcp_upstream.c) -------------------------------------------- */
+/* ---- code mode --------------------------------------------------------------- */
 
-int mcp_upstreams_load(struct mcp_server *srv, const char *const *specs, size_t n,
-                       struct cage_error *err);
-void mcp_upstreams_free(struct mcp_server *srv);
-/* "a, b": the upstreams' names (malloc'ed). */
-char *mcp_upstreams_describe(const struct mcp_server *srv);
-/* tools.<fn>(**kwargs) of Python code (fn "list" lists them): fills
- * *value or *error, like a cage_service_host function. */
-int mcp_upstream_call(struct mcp_server *srv, const char *fn, json_t *kwargs, json_t **value,
-                      char **error);
+/* The command line's upstreams go into the config before the service opens
+ * (the service is code mode's MCP client: src/services/upstream.c). */
+int mcp_options_apply(const struct mcp_options *opts, struct cage_config *cfg,
+                      struct cage_error *err);
 
 /* ---- resources (mcp_resources.c) ------------------------------------------- */
 

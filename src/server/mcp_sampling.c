@@ -5,9 +5,9 @@
  * the run waits for the answer (mcp_session.c). Only a client that
  * declared the `sampling` capability is asked; otherwise the code gets a
  * clear exception. llm_query_batched sends one request per prompt, one
- * after the other. tools.* goes to the upstream MCP servers of code mode
- * (mcp_upstream.c). The session's host_budget bounds how many calls one
- * run makes. */
+ * after the other. tools.* is served by the service's code mode
+ * (src/services/upstream.c) before it gets here. The session's host_budget bounds how many calls
+ * one run makes. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -166,9 +166,16 @@ static int host_fn(void *ctx, const char *name, json_t *args, json_t *kwargs, js
                 return llm_query(c, args, kwargs, value, error);
         if (strcmp(name, "llm_query_batched") == 0)
                 return llm_query_batched(c, args, kwargs, value, error);
-        if (strncmp(name, "tools.", 6) == 0) /* code mode */
-                return mcp_upstream_call(c->session->srv, name + 6, kwargs, value, error);
         char *text = NULL;
+        if (strncmp(name, "tools.", 6) == 0) { /* code mode's tools reach the service first */
+                if (asprintf(&text,
+                             "%.100s: this server has no upstream MCP servers (code "
+                             "mode: --upstream, or upstream_servers in the config)",
+                             name) < 0)
+                        text = NULL;
+                *error = text;
+                return 0;
+        }
         if (asprintf(&text, "%.100s: this server has no such host function", name) < 0)
                 text = NULL;
         *error = text;

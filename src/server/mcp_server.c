@@ -64,12 +64,40 @@ int mcp_log_level_from_string(const char *s)
         return -1;
 }
 
+int mcp_options_apply(const struct mcp_options *opts, struct cage_config *cfg,
+                      struct cage_error *err)
+{
+        for (size_t i = 0; opts && i < opts->n_upstreams; i++) {
+                int r = cage_config_add_upstream(cfg, opts->upstreams[i], err);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+/* "a, b": the names of the config's upstream servers, or NULL. */
+static char *upstream_names(const struct cage_config *cfg)
+{
+        char *text = NULL;
+        size_t n = 0, i;
+        json_t *e;
+        if (!json_array_size(cfg->upstream_servers))
+                return NULL;
+        FILE *f = open_memstream(&text, &n);
+        if (!f)
+                return NULL;
+        json_array_foreach(cfg->upstream_servers, i, e)
+                fprintf(f, "%s%s", i ? ", " : "", json_string_value(json_object_get(e, "name")));
+        fclose(f);
+        return text;
+}
+
 /* Code mode: run_python's description names the upstream tools. */
 static int announce_upstreams(struct mcp_server *srv, struct cage_error *err)
 {
         size_t i;
         json_t *tool;
-        _cleanup_free_ char *names = mcp_upstreams_describe(srv);
+        _cleanup_free_ char *names = upstream_names(srv->cfg);
         json_array_foreach(srv->tools, i, tool)
         {
                 const char *name = json_string_value(json_object_get(tool, "name"));
@@ -105,10 +133,7 @@ int mcp_server_new(const struct cage_config *cfg, struct cage_service *svc,
                 r = mcp_tools_load(srv, opts ? opts->tools : NULL, err);
         if (r == 0 && srv->conformance)
                 r = mcp_fixtures_load(srv, err);
-        if (r == 0)
-                r = mcp_upstreams_load(srv, opts ? opts->upstreams : NULL,
-                                       opts ? opts->n_upstreams : 0, err);
-        if (r == 0 && srv->n_upstreams)
+        if (r == 0 && json_array_size(cfg->upstream_servers))
                 r = announce_upstreams(srv, err);
         if (r < 0) {
                 mcp_server_free(srv);
@@ -122,7 +147,6 @@ struct mcp_server *mcp_server_free(struct mcp_server *srv)
 {
         if (!srv)
                 return NULL;
-        mcp_upstreams_free(srv);
         cage_redactor_unref(srv->redactor);
         json_decref(srv->tools);
         json_decref(srv->fixtures);

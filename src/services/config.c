@@ -852,6 +852,39 @@ static int parse_upstreams(json_t *root, struct cage_config *cfg, struct cage_er
         return cfg->upstream_servers ? 0 : cage_fail(err, -ENOMEM, "upstream_servers");
 }
 
+int cage_config_add_upstream(struct cage_config *cfg, const char *spec, struct cage_error *err)
+{
+        const char *eq = strchr(spec, '=');
+        if (!eq || eq == spec)
+                return cage_fail(err, -EINVAL, "upstream \"%.64s\": NAME=COMMAND ARGS...", spec);
+        json_auto_t *cmd = json_array();
+        _cleanup_free_ char *copy = strdup(eq + 1);
+        if (!cmd || !copy)
+                return cage_fail(err, -ENOMEM, "upstream");
+        char *save = NULL;
+        for (char *w = strtok_r(copy, " ", &save); w; w = strtok_r(NULL, " ", &save))
+                json_array_append_new(cmd, json_string(w));
+        json_auto_t *entry =
+                json_pack("{s:s%, s:O}", "name", spec, (size_t)(eq - spec), "command", cmd);
+        if (!entry)
+                return cage_fail(err, -EINVAL, "upstream \"%.64s\": not valid UTF-8", spec);
+        if (!cfg->upstream_servers && !(cfg->upstream_servers = json_array()))
+                return cage_fail(err, -ENOMEM, "upstream");
+        json_array_append(cfg->upstream_servers, entry);
+        json_auto_t *all = json_object();
+        json_object_set(all, "upstream_servers", cfg->upstream_servers);
+        json_t *checked = cfg->upstream_servers;
+        cfg->upstream_servers = NULL;
+        int r = parse_upstreams(all, cfg, err); /* the same checks as the file's */
+        if (r < 0) {
+                json_array_remove(checked, json_array_size(checked) - 1);
+                cfg->upstream_servers = checked;
+                return r;
+        }
+        json_decref(checked);
+        return 0;
+}
+
 /* ---- data_dir, listen, audit_log -------------------------------------- */
 
 /* /var/lib/codecage as root, else $XDG_DATA_HOME/codecage, else

@@ -117,6 +117,10 @@ int cage_config_load(const char *path, struct cage_config **ret, struct cage_err
 /* Same, from a JSON text in memory (tests, fuzzing). */
 int cage_config_parse(const char *text, size_t len, struct cage_config **ret,
                       struct cage_error *err);
+/* Adds an upstream MCP server for code mode from "NAME=COMMAND ARGS..."
+ * (the program's absolute path, arguments split at spaces), with the checks
+ * of the file's upstream_servers. Only before the config is shared. */
+int cage_config_add_upstream(struct cage_config *cfg, const char *spec, struct cage_error *err);
 /* Wipes secret values and tokens from memory and frees. Accepts NULL. */
 struct cage_config *cage_config_free(struct cage_config *cfg);
 

@@ -3,9 +3,9 @@
  * One struct upstream per configured server: its process (stdin/stdout
  * pipes; stderr goes to ours, the server log), the tools it offers that the
  * config allows, and a lock that serialises its JSON-RPC exchanges
- * (newline-delimited messages, as MCP's stdio transport says). A tool name
- * offered by two servers is reachable as <server>_<tool> for all but the
- * first. Everything an upstream sends is bounded (line length, tool count)
+ * (newline-delimited messages, as MCP's stdio transport says). A tool is
+ * tools.<tool> in the first server that offers it, and tools.<server>__<tool>
+ * in any. Everything an upstream sends is bounded (line length, tool count)
  * and parsed strictly. */
 #include "upstream.h"
 
@@ -47,7 +47,8 @@ struct cage_upstreams {
         struct upstream *servers;
         size_t n;
         pthread_mutex_t lock; /* the merged tool table */
-        json_t *table;        /* {exposed name: [server index, real name]} */
+        json_t *table;        /* {exposed name: {server, tool, spec}} */
+        json_t *list;         /* what tools.list() returns */
 };
 
 static int64_t now_ms(void)
@@ -285,9 +286,18 @@ static int ensure_started(struct upstream *s, struct cage_error *err)
 
 /* ---- the merged table ---- */
 
+static json_t *describe_tool(const char *name, const char *server, json_t *spec)
+{
+        json_t *desc = json_object_get(spec, "description");
+        json_t *schema = json_object_get(spec, "inputSchema");
+        return json_pack("{s:s, s:s, s:O, s:O}", "name", name, "server", server, "description",
+                         json_is_string(desc) ? desc : json_string(""), "input_schema",
+                         json_is_object(schema) ? schema : json_object());
+}
+
 static int build_table(struct cage_upstreams *u, struct cage_error *err)
 {
-        json_t *table = json_object();
+        json_t *table = json_object(), *list = json_array();
         for (size_t i = 0; i < u->n; i++) {
                 struct upstream *s = &u->servers[i];
                 pthread_mutex_lock(&s->lock);
@@ -297,40 +307,30 @@ static int build_table(struct cage_upstreams *u, struct cage_error *err)
                 json_array_foreach(r == 0 ? s->tools : NULL, k, t)
                 {
                         const char *name = json_string_value(json_object_get(t, "name"));
-                        char exposed[256];
-                        snprintf(exposed, sizeof(exposed), "%s", name);
-                        if (json_object_get(table, exposed))
-                                snprintf(exposed, sizeof(exposed), "%s_%s", s->name, name);
-                        json_object_set_new(table, exposed,
-                                            json_pack("{s:i, s:s, s:O}", "server", (int)i, "tool",
-                                                      name, "spec", t));
+                        char qualified[256];
+                        snprintf(qualified, sizeof(qualified), "%s__%s", s->name, name);
+                        json_t *entry = json_pack("{s:i, s:s, s:O}", "server", (int)i, "tool", name,
+                                                  "spec", t);
+                        bool first = !json_object_get(table, name);
+                        if (first)
+                                json_object_set(table, name, entry);
+                        json_object_set(table, qualified, entry);
+                        json_array_append_new(list,
+                                              describe_tool(first ? name : qualified, s->name, t));
+                        json_decref(entry);
                 }
                 pthread_mutex_unlock(&s->lock);
                 if (r < 0) {
                         json_decref(table);
+                        json_decref(list);
                         return r;
                 }
         }
         json_decref(u->table);
+        json_decref(u->list);
         u->table = table;
+        u->list = list;
         return 0;
-}
-
-static json_t *listing(json_t *table)
-{
-        json_t *out = json_array();
-        const char *k;
-        json_t *v;
-        json_object_foreach(table, k, v)
-        {
-                json_t *spec = json_object_get(v, "spec");
-                json_t *desc = json_object_get(spec, "description");
-                json_t *schema = json_object_get(spec, "inputSchema");
-                json_array_append_new(out, json_pack("{s:s, s:O, s:O}", "name", k, "description",
-                                                     desc ? desc : json_string(""), "input_schema",
-                                                     schema ? schema : json_object()));
-        }
-        return out;
 }
 
 /* A tools/call result as the value Python gets: structuredContent when
@@ -349,7 +349,7 @@ static int call_result(json_t *result, const char *name, json_t **value, char **
         }
         if (json_is_true(json_object_get(result, "isError"))) {
                 const char *first = json_string_value(json_array_get(texts, 0));
-                if (asprintf(error, "tool %s failed: %s", name, first ? first : "(no message)") < 0)
+                if (asprintf(error, "tools.%s: %s", name, first ? first : "(no message)") < 0)
                         *error = NULL;
         } else if (json_object_get(result, "structuredContent")) {
                 *value = json_incref(json_object_get(result, "structuredContent"));
@@ -373,7 +373,7 @@ int cage_upstreams_call(struct cage_upstreams *u, const char *fn, json_t *kwargs
         int r = u->table ? 0 : build_table(u, &err);
         json_t *entry = r == 0 ? json_incref(json_object_get(u->table, name)) : NULL;
         if (r == 0 && strcmp(name, "list") == 0) {
-                *value = listing(u->table);
+                *value = json_deep_copy(u->list);
                 pthread_mutex_unlock(&u->lock);
                 return 0;
         }
@@ -384,8 +384,8 @@ int cage_upstreams_call(struct cage_upstreams *u, const char *fn, json_t *kwargs
         }
         if (!entry) {
                 if (asprintf(error,
-                             "no tool named \"%.100s\": tools.list() shows the tools "
-                             "this server allows",
+                             "tools.%.100s: no upstream MCP server has this tool (or the config "
+                             "does not allow it); tools.list() shows the tools there are",
                              name) < 0)
                         *error = NULL;
                 return 0;
@@ -454,6 +454,7 @@ struct cage_upstreams *cage_upstreams_close(struct cage_upstreams *u)
         }
         free(u->servers);
         json_decref(u->table);
+        json_decref(u->list);
         pthread_mutex_destroy(&u->lock);
         free(u);
         return NULL;
