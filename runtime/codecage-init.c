@@ -285,6 +285,7 @@ int main(void)
         /* Already non-dumpable (our executable is unreadable); said again
          * in case a kernel decides otherwise: nobody may ptrace or read us. */
         prctl(PR_SET_DUMPABLE, 0);
+        prctl(PR_SET_NAME, "codecage-init"); /* not the memfd's name */
         if (fcntl(BOX_CTL_FD, F_SETFD, FD_CLOEXEC) < 0)
                 return 125;
         sigset_t chld;

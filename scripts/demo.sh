@@ -51,3 +51,13 @@ api POST /v1/sandboxes/demo/python '{"code": "x + 1"}'
 api POST /v1/python '{"code": "import os\nos.makedirs(\"output\", exist_ok=True)\nopen(\"output/hi.txt\", \"w\").write(\"hi\")\nprint(\"made an artifact\")"}'
 api POST /v1/run '{"command": "echo one-shot; cat /etc/shadow"}'
 cli rm demo
+
+# MCP over stdio, as an agent's client speaks it (docs/MCP.md).
+printf '{"data_dir": "%s/mcp-data", "pool_size": 1}\n' "$demo" >"$demo/mcp.json"
+printf '\n$ codecage mcp   # initialize, then tools/call run_python\n'
+printf '%s\n' \
+        '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"demo","version":"1"}}}' \
+        '{"jsonrpc":"2.0","method":"notifications/initialized"}' \
+        '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"run_python","arguments":{"code":"import platform\nprint(platform.python_version())\n6 * 7"}}}' |
+        $cage mcp --config "$demo/mcp.json" 2>/dev/null | tail -n 1 | cut -c 1-600
+echo

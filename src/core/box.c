@@ -395,6 +395,12 @@ int cage_box_set_cpu_weight(struct cage_box *box, unsigned weight)
         return box->cg ? cage_cgroup_set_cpu_weight(box->cg, weight) : 0;
 }
 
+const char *cage_box_limits_backend(const struct cage_box *box)
+{
+        return cgroup_backend_to_string(box->cg ? cage_cgroup_backend(box->cg)
+                                                : CGROUP_BACKEND_NONE);
+}
+
 pid_t cage_box_init_pid(const struct cage_box *box)
 {
         return box->pid;

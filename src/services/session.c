@@ -485,6 +485,7 @@ static json_t *build_result(struct run_state *st, uint64_t t0)
         res.cpu_ms = u.cpu_ms >= s->cpu_ms ? u.cpu_ms - s->cpu_ms : 0;
         s->cpu_ms = u.cpu_ms;
         res.peak_memory_bytes = u.memory_bytes;
+        res.limits_backend = cage_box_limits_backend(s->box);
         if (st->lost && u.oom_kills > s->oom_kills) {
                 res.status = CAGE_STATUS_OOM;
                 snprintf(res.reason, sizeof(res.reason),
