@@ -106,8 +106,8 @@ static int parse_number(const struct cage_config *cfg, const json_t *in, const s
                 return cage_fail(err, -EINVAL, "%s: %g is below the minimum of %g", f->key, d,
                                  f->min);
         if (d > max)
-                return cage_fail(err, -EPERM, "%s: %g is above this server's maximum of %g", f->key,
-                                 d, max);
+                return cage_fail_plain(err, -EPERM, "%s: %g is above this server's maximum of %g",
+                                       f->key, d, max);
         *ret = d;
         return 0;
 }
@@ -311,9 +311,10 @@ static int parse_simple(const json_t *in, bool named, const char *const *extra, 
                                  "available on this server");
         const json_t *net = json_object_get(in, "network");
         if (net && !json_is_null(net) && (!json_is_array(net) || json_array_size(net) > 0))
-                return cage_fail(err, -EPERM,
-                                 "network: this server gives sandboxes no network egress; leave "
-                                 "the list empty");
+                return cage_fail_plain(
+                        err, -EPERM,
+                        "network: this server gives sandboxes no network egress; leave "
+                        "the list empty");
         return 0;
 }
 

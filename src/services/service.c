@@ -162,7 +162,7 @@ int svc_lookup(struct cage_service *svc, const char *tenant, const char *name, s
                 sb->refs++;
         pthread_mutex_unlock(&svc->lock);
         if (!sb)
-                return cage_fail(err, -ENOENT, "no sandbox named \"%s\"", name);
+                return cage_fail_plain(err, -ENOENT, "no sandbox named \"%s\"", name);
         *ret = sb;
         return 0;
 }
@@ -188,7 +188,7 @@ static int lookup_locked(struct cage_service *svc, const char *tenant, const cha
         if ((*ret)->removed) {
                 pthread_mutex_unlock(&(*ret)->lock);
                 svc_unref(*ret);
-                return cage_fail(err, -ENOENT, "no sandbox named \"%s\"", name);
+                return cage_fail_plain(err, -ENOENT, "no sandbox named \"%s\"", name);
         }
         return 0;
 }
@@ -225,10 +225,10 @@ static int start_locked(struct sb *sb, struct cage_error *err)
         _cleanup_free_ char *env = NULL;
         struct cage_spec spec;
         if (!sb->spec)
-                return cage_fail(err, -EPERM,
-                                 "sandbox \"%s\" cannot start: the server's configuration no "
-                                 "longer allows its spec (%s); remove it",
-                                 sb->name, sb->broken);
+                return cage_fail_plain(err, -EPERM,
+                                       "sandbox \"%s\" cannot start: the server's configuration no "
+                                       "longer allows its spec (%s); remove it",
+                                       sb->name, sb->broken);
         int fd = svc_workspace_fd(sb, err);
         if (fd < 0)
                 return fd;
@@ -334,10 +334,12 @@ static int reserve(struct cage_service *svc, const char *tenant, struct svc_spec
         pthread_mutex_lock(&svc->lock);
         int r = 0;
         if (find_locked(svc, tenant, spec->name))
-                r = cage_fail(err, -EEXIST, "a sandbox named \"%s\" already exists", spec->name);
+                r = cage_fail_plain(err, -EEXIST, "a sandbox named \"%s\" already exists",
+                                    spec->name);
         else if ((uint32_t)count_tenant(svc, tenant) >= svc->cfg->limits.max_sandboxes_per_tenant)
-                r = cage_fail(err, -EPERM, "this tenant already has %u sandboxes, the most allowed",
-                              svc->cfg->limits.max_sandboxes_per_tenant);
+                r = cage_fail_plain(err, -EPERM,
+                                    "this tenant already has %u sandboxes, the most allowed",
+                                    svc->cfg->limits.max_sandboxes_per_tenant);
         struct sb *sb = r == 0 ? sb_new(svc, tenant, spec->name, NULL) : NULL;
         if (r == 0 && !sb)
                 r = cage_fail(err, -ENOMEM, "sandbox");
@@ -570,9 +572,9 @@ static int make_dir(const char *path, struct cage_error *err)
         if (lstat(path, &st) < 0 || !S_ISDIR(st.st_mode))
                 return cage_fail(err, -ENOTDIR, "%s is not a directory", path);
         if (st.st_uid != geteuid() || (st.st_mode & 0022))
-                return cage_fail(err, -EPERM,
-                                 "%s must be owned by us and not writable by group or others",
-                                 path);
+                return cage_fail_plain(err, -EPERM,
+                                       "%s must be owned by us and not writable by group or others",
+                                       path);
         return 0;
 }
 

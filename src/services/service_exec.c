@@ -142,10 +142,11 @@ int svc_parse_timeout(const struct cage_config *cfg, const json_t *in, uint64_t 
                 return 0;
         double s = json_is_number(t) ? json_number_value(t) : -1;
         if (!(s > 0) || s > (double)cfg->limits.timeout_s_max)
-                return cage_fail(err, s > 0 ? -EPERM : -EINVAL,
-                                 "timeout_s: must be a number above 0 and at most this server's "
-                                 "maximum of %llu",
-                                 (unsigned long long)cfg->limits.timeout_s_max);
+                return cage_fail_plain(
+                        err, s > 0 ? -EPERM : -EINVAL,
+                        "timeout_s: must be a number above 0 and at most this server's "
+                        "maximum of %llu",
+                        (unsigned long long)cfg->limits.timeout_s_max);
         *ret = (uint64_t)(s * 1000.0 + 0.5);
         if (*ret == 0)
                 *ret = 1;
@@ -258,7 +259,7 @@ int svc_enter(struct sb *sb, bool *restarted, struct cage_box **box, int *ws_fd,
               struct cage_error *err)
 {
         pthread_mutex_lock(&sb->lock);
-        int r = sb->removed ? cage_fail(err, -ENOENT, "no sandbox named \"%s\"", sb->name)
+        int r = sb->removed ? cage_fail_plain(err, -ENOENT, "no sandbox named \"%s\"", sb->name)
                             : svc_ensure_running(sb, restarted, err);
         if (r == 0 && (*ws_fd = svc_workspace_fd(sb, err)) < 0)
                 r = *ws_fd;
@@ -384,10 +385,11 @@ int svc_put_files(const json_t *in, int ws, struct cage_error *err)
                                          "{path, url}",
                                          i);
                 if (url)
-                        return cage_fail(err, -EPERM,
-                                         "files[%zu].url: this server fetches no URLs (it gives "
-                                         "sandboxes no network); send the content instead",
-                                         i);
+                        return cage_fail_plain(
+                                err, -EPERM,
+                                "files[%zu].url: this server fetches no URLs (it gives "
+                                "sandboxes no network); send the content instead",
+                                i);
                 if (!content)
                         return cage_fail(err, -EINVAL, "files[%zu].content: required", i);
                 _cleanup_free_ void *data = NULL;
@@ -540,13 +542,14 @@ int cage_service_run_file_read(struct cage_service *svc, const char *tenant, con
 {
         (void)tenant;              /* run ids are 128 random bits: knowing one is the capability */
         if (!run_id_valid(run_id)) /* ids are 32 lowercase hex digits */
-                return cage_fail(err, -ENOENT, "no run \"%.40s\"", run_id ? run_id : "");
+                return cage_fail_plain(err, -ENOENT, "no run \"%.40s\"", run_id ? run_id : "");
         _cleanup_free_ char *dir = NULL;
         if (asprintf(&dir, "%s/%s", svc->runs_base, run_id) < 0)
                 return cage_fail(err, -ENOMEM, "path");
         _cleanup_close_ int fd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
         if (fd < 0)
-                return cage_fail(err, -ENOENT, "no artifacts of run %s (none, or expired)", run_id);
+                return cage_fail_plain(err, -ENOENT, "no artifacts of run %s (none, or expired)",
+                                       run_id);
         char rel[CAGE_FILES_PATH_MAX + 1], full[CAGE_FILES_PATH_MAX + 16];
         int r = cage_files_check_path(path, rel, err);
         if (r < 0)

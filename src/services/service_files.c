@@ -21,7 +21,7 @@ static int open_ws(struct cage_service *svc, const char *tenant, const char *nam
         if (r < 0)
                 return r;
         pthread_mutex_lock(&sb->lock);
-        int fd = sb->removed ? cage_fail(err, -ENOENT, "no sandbox named \"%s\"", name)
+        int fd = sb->removed ? cage_fail_plain(err, -ENOENT, "no sandbox named \"%s\"", name)
                              : svc_workspace_fd(sb, err);
         pthread_mutex_unlock(&sb->lock);
         if (fd < 0) {

@@ -3,24 +3,40 @@
 
 #include <errno.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
-int cage_fail(struct cage_error *err, int code, const char *fmt, ...)
+static int fail(struct cage_error *err, int code, bool errno_text, const char *fmt, va_list ap)
 {
         if (code >= 0)
                 code = -EIO;
         if (!err)
                 return code;
-        va_list ap;
-        va_start(ap, fmt);
         int n = vsnprintf(err->message, sizeof(err->message), fmt, ap);
-        va_end(ap);
-        if (n >= 0 && (size_t)n < sizeof(err->message) - 3 && code != -EINVAL)
+        if (errno_text && n >= 0 && (size_t)n < sizeof(err->message) - 3 && code != -EINVAL)
                 snprintf(err->message + n, sizeof(err->message) - (size_t)n, ": %s",
                          strerror(-code));
         err->code = code;
         return code;
+}
+
+int cage_fail(struct cage_error *err, int code, const char *fmt, ...)
+{
+        va_list ap;
+        va_start(ap, fmt);
+        int r = fail(err, code, true, fmt, ap);
+        va_end(ap);
+        return r;
+}
+
+int cage_fail_plain(struct cage_error *err, int code, const char *fmt, ...)
+{
+        va_list ap;
+        va_start(ap, fmt);
+        int r = fail(err, code, false, fmt, ap);
+        va_end(ap);
+        return r;
 }
 
 void cage_error_clear(struct cage_error *err)

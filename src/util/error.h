@@ -10,6 +10,10 @@
 
 int cage_fail(struct cage_error *err, int code, const char *fmt, ...)
         __attribute__((format(printf, 3, 4)));
+/* The same without the errno text: for messages that say it all already
+ * ("no sandbox named ..."), which clients and models read as they are. */
+int cage_fail_plain(struct cage_error *err, int code, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
 void cage_error_clear(struct cage_error *err);
 
 #endif
