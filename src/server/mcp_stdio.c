@@ -44,7 +44,14 @@ struct stdio_transport {
         struct stdio_out out;
         pthread_mutex_t lock;
         pthread_cond_t idle; /* a worker finished */
-        size_t workers;
+        size_t workers;      /* calls running */
+        /* Threads are kept for the next call (creating one per call, and
+         * freeing its stack after, cost more than the call itself). */
+        pthread_cond_t work; /* a job was queued, or closing */
+        pthread_cond_t gone; /* a thread ended */
+        struct job *queue;   /* jobs for waiting threads */
+        size_t threads, waiting;
+        bool closing;
         /* the line being read */
         char *buf;
         size_t len, cap, max;
@@ -81,14 +88,16 @@ static void send_owned(struct stdio_transport *t, json_t *msg)
 
 /* ---- calls ---------------------------------------------------------------------------- */
 
+#define THREAD_KEEP_S 30 /* an idle thread waits this long for another call */
+
 struct job {
         struct stdio_transport *t;
         struct mcp_call *call;
+        struct job *next;
 };
 
-static void *worker_main(void *arg)
+static void run_job(struct job *job)
 {
-        struct job *job = arg;
         struct stdio_transport *t = job->t;
         send_owned(t, mcp_call_run(job->call));
         mcp_call_free(job->call);
@@ -96,6 +105,39 @@ static void *worker_main(void *arg)
         pthread_mutex_lock(&t->lock);
         t->workers--;
         pthread_cond_broadcast(&t->idle);
+        pthread_mutex_unlock(&t->lock);
+}
+
+/* With t->lock held: the next queued job, waiting a while for one. */
+static struct job *next_job(struct stdio_transport *t)
+{
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += THREAD_KEEP_S;
+        t->waiting++;
+        while (!t->queue && !t->closing)
+                if (pthread_cond_timedwait(&t->work, &t->lock, &until) == ETIMEDOUT)
+                        break;
+        t->waiting--;
+        struct job *job = t->queue;
+        if (job)
+                t->queue = job->next;
+        return job;
+}
+
+static void *worker_main(void *arg)
+{
+        struct job *job = arg;
+        struct stdio_transport *t = job->t;
+        while (job) {
+                run_job(job);
+                pthread_mutex_lock(&t->lock);
+                job = next_job(t);
+                pthread_mutex_unlock(&t->lock);
+        }
+        pthread_mutex_lock(&t->lock);
+        t->threads--;
+        pthread_cond_broadcast(&t->gone);
         pthread_mutex_unlock(&t->lock);
         return NULL;
 }
@@ -110,6 +152,16 @@ static void start_call(struct stdio_transport *t, struct mcp_call *call)
                 *job = (struct job){.t = t, .call = call};
                 pthread_mutex_lock(&t->lock);
                 t->workers++;
+                if (t->waiting > 0) { /* a kept thread takes it */
+                        struct job **end = &t->queue;
+                        while (*end)
+                                end = &(*end)->next;
+                        *end = job;
+                        pthread_cond_signal(&t->work);
+                        pthread_mutex_unlock(&t->lock);
+                        return;
+                }
+                t->threads++;
                 pthread_mutex_unlock(&t->lock);
                 pthread_attr_init(&attr);
                 pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
@@ -121,6 +173,7 @@ static void start_call(struct stdio_transport *t, struct mcp_call *call)
         if (job) {
                 pthread_mutex_lock(&t->lock);
                 t->workers--;
+                t->threads--;
                 pthread_mutex_unlock(&t->lock);
         }
         send_owned(t, jsonrpc_error(call->id, JSONRPC_INTERNAL_ERROR,
@@ -268,6 +321,11 @@ static void wait_workers(struct stdio_transport *t, int stop_fd, bool stopping)
                         mcp_session_close(t->session);
                 }
         }
+        /* The kept threads go too: they use t, which is about to go. */
+        t->closing = true;
+        pthread_cond_broadcast(&t->work);
+        while (t->threads > 0)
+                pthread_cond_wait(&t->gone, &t->lock);
         pthread_mutex_unlock(&t->lock);
 }
 
@@ -285,10 +343,14 @@ int mcp_stdio_run(struct mcp_server *srv, int in_fd, int out_fd, int stop_fd,
         pthread_mutex_init(&t.out.lock, NULL);
         pthread_mutex_init(&t.lock, NULL);
         pthread_cond_init(&t.idle, NULL);
+        pthread_cond_init(&t.work, NULL);
+        pthread_cond_init(&t.gone, NULL);
         int r = read_loop(&t, in_fd, stop_fd);
         wait_workers(&t, stop_fd, r != INPUT_END);
         mcp_session_unref(t.session);
         pthread_cond_destroy(&t.idle);
+        pthread_cond_destroy(&t.work);
+        pthread_cond_destroy(&t.gone);
         pthread_mutex_destroy(&t.lock);
         pthread_mutex_destroy(&t.out.lock);
         free(t.buf);
