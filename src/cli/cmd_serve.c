@@ -49,8 +49,11 @@ static void usage(FILE *f)
 {
         fprintf(f,
                 "usage: codecage serve [--config FILE] [--listen HOST:PORT] [--socket PATH] "
-                "[--no-socket]\n\n"
-                "Serves the HTTP API (docs/API.md) until SIGINT or SIGTERM.\n\n"
+                "[--no-socket]\n"
+                "                      [--mcp-tools LIST] [--mcp-upstream NAME=COMMAND]... "
+                "[--mcp-conformance]\n\n"
+                "Serves the HTTP API (docs/API.md) and MCP over Streamable HTTP at /mcp "
+                "(docs/MCP.md)\nuntil SIGINT or SIGTERM.\n\n"
                 "options:\n"
                 "  --config FILE        server config (docs/CONFIG.md); default: built-in "
                 "defaults\n"
@@ -59,6 +62,14 @@ static void usage(FILE *f)
                 "                       localhost:PORT; not loopback only with tenants)\n"
                 "  --socket PATH        Unix socket (mode 0600), replaces listen.unix\n"
                 "  --no-socket          no Unix socket (listen.unix: null)\n"
+                "  --mcp-tools LIST     MCP offers only these tools, e.g. run_python,run_shell\n"
+                "  --mcp-upstream NAME=COMMAND\n"
+                "                       code mode: an upstream MCP server (stdio) whose tools "
+                "Python\n"
+                "                       calls as tools.<tool>(...); joins the config's "
+                "upstream_servers\n"
+                "  --mcp-conformance    add the MCP conformance suite's test fixtures (tests "
+                "only)\n"
                 "  --help               show this help\n\n"
                 "One log line per request goes to stderr. Exit status: 0 after SIGINT/SIGTERM, "
                 "%d for a\nusage, config or start-up error.\n",

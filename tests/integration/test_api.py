@@ -553,7 +553,8 @@ def test_serve_help_and_bad_config(cage, tmp_path):
     p = subprocess.run([str(BUILD / "codecage"), "serve", "--help"], capture_output=True,
                        text=True, timeout=10)
     assert p.returncode == 0
-    for flag in ("--config", "--listen", "--socket", "--no-socket"):
+    for flag in ("--config", "--listen", "--socket", "--no-socket", "--mcp-tools",
+                 "--mcp-upstream", "--mcp-conformance"):
         assert flag in p.stdout
     bad = tmp_path / "bad.json"
     bad.write_text('{"limts": {}}')
