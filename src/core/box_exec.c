@@ -520,21 +520,29 @@ static int check_exec(const struct cage_exec *ex, struct cage_error *err)
         return 0;
 }
 
+/* Every fd closed (-1), no channel: five fds go to init. */
+static void exec_state_init(struct exec_state *st, struct cage_box *box, const struct cage_exec *ex,
+                            const struct cage_run_options *opts)
+{
+        *st = (struct exec_state){.box = box,
+                                  .ex = ex,
+                                  .opts = opts,
+                                  .in_w = -1,
+                                  .out_r = -1,
+                                  .err_r = -1,
+                                  .status_r = -1,
+                                  .go_w = -1,
+                                  .n_child = BOX_FD_COUNT};
+        for (int i = 0; i < BOX_FD_MAX; i++)
+                st->child[i] = -1;
+}
+
 int cage_box_exec(struct cage_box *box, const struct cage_exec *ex,
                   const struct cage_run_options *opts, struct cage_result *res,
                   struct cage_error *err)
 {
-        struct exec_state st = {.box = box,
-                                .ex = ex,
-                                .opts = opts,
-                                .in_w = -1,
-                                .out_r = -1,
-                                .err_r = -1,
-                                .status_r = -1,
-                                .go_w = -1};
-        for (int i = 0; i < BOX_FD_MAX; i++)
-                st.child[i] = -1;
-        st.n_child = BOX_FD_COUNT;
+        struct exec_state st;
+        exec_state_init(&st, box, ex, opts);
         memset(res, 0, sizeof(*res));
         int r = check_exec(ex, err);
         if (r < 0)
@@ -587,16 +595,7 @@ int cage_box_spawn(struct cage_box *box, const struct cage_exec *ex, int channel
         if (!p)
                 return cage_fail(err, -ENOMEM, "exec");
         struct exec_state *st = &p->st;
-        *st = (struct exec_state){.box = box,
-                                  .ex = NULL,
-                                  .in_w = -1,
-                                  .out_r = -1,
-                                  .err_r = -1,
-                                  .status_r = -1,
-                                  .go_w = -1};
-        for (int i = 0; i < BOX_FD_MAX; i++)
-                st->child[i] = -1;
-        st->n_child = BOX_FD_COUNT;
+        exec_state_init(st, box, NULL, NULL);
         if (channel_fd >= 0) {
                 st->child[BOX_FD_CHANNEL] = fcntl(channel_fd, F_DUPFD_CLOEXEC, 3);
                 st->n_child = BOX_FD_MAX;

@@ -164,6 +164,10 @@ int api_pool(struct http_call *c, struct http_reply *r, struct cage_error *err);
 int api_host_call_answer(struct http_call *c, struct http_reply *r, struct cage_error *err);
 
 /* sse.c */
+/* Waits on a stream's wake pipe: 1 woken, 0 keepalive due (timeout), -1
+ * the client is gone (sock_fd hung up) or the server is stopping. Shared
+ * by the API's streams and MCP's (mcp_sse.c). */
+int sse_wait_event(int sock_fd, int wake_fd, int shutdown_fd, int timeout_ms);
 struct sse_stream;
 enum sse_kind {
         SSE_EXEC,

@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "server/http.h"
 #include "server/mcp.h"
 #include "util/cleanup.h"
 
@@ -186,25 +187,9 @@ static size_t take(struct mcp_stream *st, char *buf, size_t max)
         return w;
 }
 
-/* 1 woken, 0 keepalive due, -1 client gone or server stopping. */
 static int wait_event(struct mcp_stream *st, int timeout_ms)
 {
-        struct pollfd p[3] = {
-                {.fd = st->sock_fd, .events = POLLRDHUP},
-                {.fd = st->wake[0], .events = POLLIN},
-                {.fd = st->shutdown_fd, .events = POLLIN},
-        };
-        int n = poll(p, 3, timeout_ms);
-        if (n < 0)
-                return errno == EINTR ? 1 : -1;
-        if (n == 0)
-                return 0;
-        if ((p[0].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) || p[2].revents)
-                return -1;
-        char drain[64];
-        while (read(st->wake[0], drain, sizeof(drain)) > 0)
-                ;
-        return 1;
+        return sse_wait_event(st->sock_fd, st->wake[0], st->shutdown_fd, timeout_ms);
 }
 
 static ssize_t reader(void *cls, uint64_t pos, char *buf, size_t max)

@@ -361,13 +361,12 @@ static void *worker_main(void *arg)
 
 /* ---- the consumer (MHD response) ---------------------------------------- */
 
-/* 1 woken, 0 keepalive due, -1 client gone or server stopping. */
-static int wait_event(struct sse_stream *s, int timeout_ms)
+int sse_wait_event(int sock_fd, int wake_fd, int shutdown_fd, int timeout_ms)
 {
         struct pollfd p[3] = {
-                {.fd = s->sock_fd, .events = POLLRDHUP},
-                {.fd = s->wake[0], .events = POLLIN},
-                {.fd = s->shutdown_fd, .events = POLLIN},
+                {.fd = sock_fd, .events = POLLRDHUP},
+                {.fd = wake_fd, .events = POLLIN},
+                {.fd = shutdown_fd, .events = POLLIN},
         };
         int n = poll(p, 3, timeout_ms);
         if (n < 0)
@@ -377,9 +376,14 @@ static int wait_event(struct sse_stream *s, int timeout_ms)
         if ((p[0].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) || p[2].revents)
                 return -1;
         char drain[64];
-        while (read(s->wake[0], drain, sizeof(drain)) > 0)
+        while (read(wake_fd, drain, sizeof(drain)) > 0)
                 ;
         return 1;
+}
+
+static int wait_event(struct sse_stream *s, int timeout_ms)
+{
+        return sse_wait_event(s->sock_fd, s->wake[0], s->shutdown_fd, timeout_ms);
 }
 
 static ssize_t reader(void *cls, uint64_t pos, char *buf, size_t max)
