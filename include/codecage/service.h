@@ -127,6 +127,12 @@ int cage_service_run(struct cage_service *svc, const char *tenant, const json_t 
  * absolute paths are refused; links never lead out. */
 int cage_service_file_write(struct cage_service *svc, const char *tenant, const char *name,
                             const char *path, const void *data, size_t len, struct cage_error *err);
+/* Downloads url (http or https; checked like sandbox traffic against the
+ * server's network.allow, docs/NETWORK.md) into the workspace at path.
+ * field names the URL in error messages (e.g. "files[0].url"). */
+int cage_service_file_fetch(struct cage_service *svc, const char *tenant, const char *name,
+                            const char *path, const char *url, const char *field,
+                            struct cage_error *err);
 /* max: at most this many bytes (-E2BIG beyond). *ret_data is malloc'ed. */
 int cage_service_file_read(struct cage_service *svc, const char *tenant, const char *name,
                            const char *path, size_t max, void **ret_data, size_t *ret_len,

@@ -739,6 +739,11 @@ def main():
     # -I leaves the working directory (/workspace) off sys.path; code may
     # import the modules it wrote there, as in any REPL.
     sys.path.insert(0, os.getcwd())
+    # -I also ignores PYTHONPATH; codecage sets it to the read-only layer of
+    # the run's pip requirements, which code imports like any package.
+    for entry in os.environ.get("PYTHONPATH", "").split(":"):
+        if entry and entry not in sys.path:
+            sys.path.insert(1, entry)
     if sys.stdout is not None:
         sys.stdout.reconfigure(line_buffering=True)
     Session(channel).serve()

@@ -66,6 +66,8 @@ enum sb_opt {
         OPT_TIMEOUT,
         OPT_ENV,
         OPT_SECRET,
+        OPT_NETWORK,
+        OPT_REQUIREMENT,
         OPT_LABEL,
         OPT_LABEL_FILTER,
         OPT_MOUNT,
@@ -99,6 +101,10 @@ static const struct sb_option {
         {"env", OPT_ENV, "K=V", C_EXEC | C_SHELL, "set a variable for this exec (repeatable)"},
         {"secret", OPT_SECRET, "NAME", C_CREATE,
          "expose the server's secret NAME as variable NAME (repeatable)"},
+        {"network", OPT_NETWORK, "HOST", C_CREATE,
+         "allow HTTP(S) to HOST, *.DOMAIN or HOST:PORT through the proxy (repeatable)"},
+        {"requirement", OPT_REQUIREMENT, "REQ", C_CREATE,
+         "install a pip requirement such as numpy==2.1.0 (repeatable)"},
         {"label", OPT_LABEL, "K=V", C_CREATE, "attach a label (repeatable)"},
         {"label", OPT_LABEL_FILTER, "K=V", C_LS, "only sandboxes with this label"},
         {"mount", OPT_MOUNT, "SRC:DST[:rw]", C_CREATE,
@@ -219,11 +225,12 @@ static int add_mount(struct sb_ctx *x, char *v)
         return 0;
 }
 
-static int add_secret(struct sb_ctx *x, const char *v)
+/* Appends v to the spec's list `field` (the server checks the value). */
+static int add_to_list(struct sb_ctx *x, const char *opt, const char *field, const char *v)
 {
-        json_t *list = req_member(x, "secrets", true);
+        json_t *list = req_member(x, field, true);
         if (!list || json_array_append_new(list, json_string(v)) < 0)
-                return cage_fail(&x->err, -EINVAL, "--secret: \"%s\" is not a secret name", v);
+                return cage_fail(&x->err, -EINVAL, "%s: \"%s\" is not UTF-8 text", opt, v);
         return 0;
 }
 
@@ -252,7 +259,11 @@ static int apply_spec_option(struct sb_ctx *x, int id, char *v)
         case OPT_LABEL:
                 return add_kv(x, "--label", "labels", v);
         case OPT_SECRET:
-                return add_secret(x, v);
+                return add_to_list(x, "--secret", "secrets", v);
+        case OPT_NETWORK:
+                return add_to_list(x, "--network", "network", v);
+        case OPT_REQUIREMENT:
+                return add_to_list(x, "--requirement", "requirements", v);
         case OPT_MOUNT:
                 return add_mount(x, v);
         case OPT_CWD:

@@ -406,6 +406,11 @@ pid_t cage_box_init_pid(const struct cage_box *box)
         return box->pid;
 }
 
+int cage_box_pidfd(const struct cage_box *box)
+{
+        return box->pidfd;
+}
+
 const char *cage_box_cgroup_name(const struct cage_box *box)
 {
         return box->cg ? cage_cgroup_name(box->cg) : NULL;

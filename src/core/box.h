@@ -82,6 +82,8 @@ int cage_box_usage(struct cage_box *box, struct cage_box_usage *ret);
 /* The sandbox's CPU weight against others (1..10000, default 100). */
 int cage_box_set_cpu_weight(struct cage_box *box, unsigned weight);
 pid_t cage_box_init_pid(const struct cage_box *box);
+/* A pidfd of pid 1 (borrowed: valid until cage_box_destroy). */
+int cage_box_pidfd(const struct cage_box *box);
 /* "v2", "v1" or "none" (rlimits only): what enforces the sandbox's limits. */
 const char *cage_box_limits_backend(const struct cage_box *box);
 /* "run-<pid>-<n>", or NULL without a cgroup backend. */

@@ -158,14 +158,23 @@ static int body_path(const json_t *body, const char **ret, struct cage_error *er
 
 int api_file_write(struct http_call *c, struct http_reply *r, struct cage_error *err)
 {
-        static const char *const keys[] = {"path", "content", "encoding", NULL};
+        static const char *const keys[] = {"path", "content", "encoding", "url", NULL};
         _cleanup_free_ void *owned = NULL;
         const char *path = NULL, *data = NULL;
         size_t len = 0;
         int ret;
         if ((ret = check_keys(c->json, keys, err)) < 0 ||
-            (ret = body_path(c->json, &path, err)) < 0 ||
-            (ret = file_content(c->json, &data, &len, &owned, err)) < 0)
+            (ret = body_path(c->json, &path, err)) < 0)
+                return ret;
+        const json_t *url = json_object_get(c->json, "url");
+        if (url) { /* {path, url}: the server downloads it (docs/NETWORK.md) */
+                if (!json_is_string(url) || json_object_size(c->json) != 2)
+                        return cage_fail(err, -EINVAL, "url: a string, with path and nothing else");
+                ret = cage_service_file_fetch(c->ctx->svc, c->tenant, c->name, path,
+                                              json_string_value(url), "url", err);
+                return ret < 0 ? ret : reply_path(r, "path", path, -1, err);
+        }
+        if ((ret = file_content(c->json, &data, &len, &owned, err)) < 0)
                 return ret;
         ret = cage_service_file_write(c->ctx->svc, c->tenant, c->name, path, data, len, err);
         if (ret < 0)

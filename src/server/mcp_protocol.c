@@ -21,8 +21,9 @@
 static const char *const versions[] = {MCP_VERSION_LATEST, "2025-06-18", "2025-03-26"};
 
 static const char instructions[] =
-        "codecage runs code in isolated Linux sandboxes (no network, bounded memory, CPU and "
-        "time). For a one-off computation call run_python or run_shell without `sandbox`. For "
+        "codecage runs code in isolated Linux sandboxes (bounded memory, CPU and time; no "
+        "network unless `network` lists hosts; pip packages through `requirements`). For a "
+        "one-off computation call run_python or run_shell without `sandbox`. For "
         "work that spans several calls, create a sandbox with sandbox_create and pass its name "
         "as `sandbox`: its Python variables and /workspace files persist. Files written to "
         "/workspace/output/ come back as images or resource links.";

@@ -115,19 +115,14 @@ static bool non_empty(const json_t *args, const char *key)
 
 static json_t *refuse_unsupported(const char *tool, const json_t *args, const char *sandbox)
 {
-        if (non_empty(args, "requirements"))
-                return mcp_result_error(
-                        "%s: `requirements` is not supported by this server yet: it cannot "
-                        "install packages. Leave it out and use the standard library and the "
-                        "packages already installed (run_shell \"python3 -m pip list\" shows "
-                        "them).",
-                        tool);
-        if (non_empty(args, "network"))
-                return mcp_result_error(
-                        "%s: `network` is not supported by this server yet: sandboxes have no "
-                        "network access. Leave it out and pass data in with `files` (or "
-                        "file_write) instead.",
-                        tool);
+        static const char *const spec_only[] = {"requirements", "network"};
+        for (size_t i = 0; sandbox && i < ELEMENTSOF(spec_only); i++)
+                if (non_empty(args, spec_only[i]))
+                        return mcp_result_error(
+                                "%s: `%s` belongs to the sandbox: give it to sandbox_create (a "
+                                "named sandbox keeps its packages and network policy). Leave it "
+                                "out when you pass `sandbox`.",
+                                tool, spec_only[i]);
         if (sandbox && non_empty(args, "env") && strcmp(tool, "run_python") == 0)
                 return mcp_result_error(
                         "run_python: `env` applies to one-shot runs only. A named sandbox gets "
@@ -150,13 +145,20 @@ static json_t *put_files(struct mcp_call *c, const char *tool, const char *sandb
                 const char *path = json_string_value(json_object_get(f, "path"));
                 const json_t *content = json_object_get(f, "content");
                 const char *encoding = json_string_value(json_object_get(f, "encoding"));
-                if (json_object_get(f, "url"))
-                        return mcp_result_error("%s: files[%zu].url: this server fetches no URLs; "
-                                                "send the file as `content` instead",
-                                                tool, i);
+                const char *url = json_string_value(json_object_get(f, "url"));
+                if (path && url) {
+                        char field[32];
+                        struct cage_error err = {0};
+                        snprintf(field, sizeof(field), "files[%zu].url", i);
+                        int r = cage_service_file_fetch(c->session->srv->svc, c->session->tenant,
+                                                        sandbox, path, url, field, &err);
+                        if (r < 0)
+                                return mcp_result_service_error(tool, r, &err);
+                        continue;
+                }
                 if (!path || !json_is_string(content))
                         return mcp_result_error("%s: files[%zu] must be {path, content, "
-                                                "encoding}",
+                                                "encoding} or {path, url}",
                                                 tool, i);
                 _cleanup_free_ void *data = NULL;
                 size_t len = json_string_length(content);
@@ -180,10 +182,10 @@ static json_t *service_request(const json_t *args, const char *main_key, const c
                                bool oneshot, bool with_env)
 {
         json_t *req = json_pack("{s:s}", main_key, value);
-        static const char *const keys[] = {"timeout_s", "files", "env"};
+        static const char *const keys[] = {"timeout_s", "env", "files", "requirements", "network"};
         for (size_t i = 0; req && i < ELEMENTSOF(keys); i++) {
                 const json_t *v = json_object_get(args, keys[i]);
-                if (!v || json_is_null(v) || (i == 1 && !oneshot) || (i == 2 && !with_env))
+                if (!v || json_is_null(v) || (i >= 2 && !oneshot) || (i == 1 && !with_env))
                         continue;
                 json_object_set(req, keys[i], (json_t *)v);
         }

@@ -46,6 +46,9 @@ static const char *const event_names[CAGE_AUDIT_EVENT_COUNT] = {
         [CAGE_AUDIT_SECRET_INJECT] = "secret.inject",
         [CAGE_AUDIT_POLICY_DENY] = "policy.deny",
         [CAGE_AUDIT_AUTH_DENY] = "auth.deny",
+        [CAGE_AUDIT_NETWORK_ALLOW] = "network.allow",
+        [CAGE_AUDIT_NETWORK_DENY] = "network.deny",
+        [CAGE_AUDIT_REQUIREMENTS_INSTALL] = "requirements.install",
 };
 
 /* Keys the record itself uses; fields cannot override them. */

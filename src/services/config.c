@@ -14,6 +14,7 @@
  * JSON parser's own messages are cut before the excerpt of input they
  * quote, which could be one. */
 #include "config.h"
+#include "config_private.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -122,7 +123,7 @@ static bool token_is_valid(const char *s, size_t n)
 /* ---- generic JSON field access ----------------------------------------- */
 
 /* Refuses any key of obj that is not in allowed[] (NULL-terminated). */
-static int check_keys(json_t *obj, const char *where, const char *const *allowed,
+int config_check_keys(json_t *obj, const char *where, const char *const *allowed,
                       struct cage_error *err)
 {
         const char *key;
@@ -147,7 +148,7 @@ static int check_keys(json_t *obj, const char *where, const char *const *allowed
 }
 
 /* An optional object member: 0 absent, 1 present, < 0 wrong type. */
-static int get_object(json_t *obj, const char *where, const char *key, json_t **ret,
+int config_get_object(json_t *obj, const char *where, const char *key, json_t **ret,
                       struct cage_error *err)
 {
         json_t *v = json_object_get(obj, key);
@@ -163,7 +164,7 @@ static int get_object(json_t *obj, const char *where, const char *key, json_t **
 
 /* An optional string member of 1..max bytes: 0 absent, 1 present; *ret is
  * borrowed from the JSON tree. Never echoes the value (it may be secret). */
-static int get_string(json_t *obj, const char *where, const char *key, size_t max, const char **ret,
+int config_get_string(json_t *obj, const char *where, const char *key, size_t max, const char **ret,
                       struct cage_error *err)
 {
         json_t *v = json_object_get(obj, key);
@@ -183,7 +184,7 @@ static int get_string(json_t *obj, const char *where, const char *key, size_t ma
 static int get_path(json_t *obj, const char *where, const char *key, const char **ret,
                     struct cage_error *err)
 {
-        int r = get_string(obj, where, key, CAGE_CONFIG_PATH_MAX, ret, err);
+        int r = config_get_string(obj, where, key, CAGE_CONFIG_PATH_MAX, ret, err);
         if (r <= 0)
                 return r;
         if (!path_is_clean(*ret)) {
@@ -214,7 +215,6 @@ static int get_bool(json_t *obj, const char *where, const char *key, bool *ret,
 
 /* ---- numbers: one table for limits, one for request defaults ---------- */
 
-enum num_kind { NUM_U64, NUM_U32, NUM_DOUBLE };
 
 struct num_field {
         const char *key;
@@ -308,7 +308,7 @@ static void num_format(char *buf, size_t size, enum num_kind kind, double v)
 }
 
 /* Reads obj[key] as a number of `kind` within [lo, hi]: 0 absent, 1 set. */
-static int get_number(json_t *obj, const char *where, const char *key, enum num_kind kind,
+int config_get_number(json_t *obj, const char *where, const char *key, enum num_kind kind,
                       double lo, double hi, double *ret, struct cage_error *err)
 {
         json_t *v = json_object_get(obj, key);
@@ -364,18 +364,18 @@ static int parse_limits(json_t *root, struct cage_config_limits *l, struct cage_
                 .max_sandboxes_per_tenant = 64,
         };
         json_t *obj = NULL;
-        int r = get_object(root, "", "limits", &obj, err);
+        int r = config_get_object(root, "", "limits", &obj, err);
         if (r <= 0)
                 return r;
         const char *keys[ELEMENTSOF(limit_fields) + 1] = {NULL};
         for (size_t i = 0; i < ELEMENTSOF(limit_fields); i++)
                 keys[i] = limit_fields[i].key;
-        if ((r = check_keys(obj, "limits", keys, err)) < 0)
+        if ((r = config_check_keys(obj, "limits", keys, err)) < 0)
                 return r;
         for (size_t i = 0; i < ELEMENTSOF(limit_fields); i++) {
                 const struct num_field *nf = &limit_fields[i];
                 double v;
-                r = get_number(obj, "limits", nf->key, nf->kind, nf->lo, nf->hi, &v, err);
+                r = config_get_number(obj, "limits", nf->key, nf->kind, nf->lo, nf->hi, &v, err);
                 if (r < 0)
                         return r;
                 if (r > 0)
@@ -398,13 +398,13 @@ static int parse_defaults(json_t *root, const struct cage_config_limits *l,
                 .output_max_bytes = 65536,
         };
         json_t *obj = NULL;
-        int r = get_object(root, "", "defaults", &obj, err);
+        int r = config_get_object(root, "", "defaults", &obj, err);
         if (r < 0)
                 return r;
         const char *keys[ELEMENTSOF(default_fields) + 1] = {NULL};
         for (size_t i = 0; i < ELEMENTSOF(default_fields); i++)
                 keys[i] = default_fields[i].key;
-        if (obj && (r = check_keys(obj, "defaults", keys, err)) < 0)
+        if (obj && (r = config_check_keys(obj, "defaults", keys, err)) < 0)
                 return r;
         for (size_t i = 0; i < ELEMENTSOF(default_fields); i++) {
                 const struct default_field *df = &default_fields[i];
@@ -415,7 +415,7 @@ static int parse_defaults(json_t *root, const struct cage_config_limits *l,
                 double v = num_load(d, df->offset, lf->kind);
                 bool explicit = false;
                 if (obj) {
-                        r = get_number(obj, "defaults", df->key, lf->kind, lf->lo, lf->hi, &v, err);
+                        r = config_get_number(obj, "defaults", df->key, lf->kind, lf->lo, lf->hi, &v, err);
                         if (r < 0)
                                 return r;
                         explicit = r > 0;
@@ -500,7 +500,7 @@ static int load_secret(json_t *entry, const char *name, struct cage_secret *ret,
                                  "%s: must be an object with one of \"value\", \"file\" or \"env\"",
                                  where);
         static const char *const keys[] = {"value", "file", "env", NULL};
-        int r = check_keys(entry, where, keys, err);
+        int r = config_check_keys(entry, where, keys, err);
         if (r < 0)
                 return r;
         if (json_object_size(entry) != 1)
@@ -510,9 +510,9 @@ static int load_secret(json_t *entry, const char *name, struct cage_secret *ret,
         const char *value = NULL, *path = NULL, *var = NULL;
         _cleanup_free_ char *buf = NULL;
         size_t len = 0;
-        if ((r = get_string(entry, where, "value", CAGE_CONFIG_SECRET_MAX, &value, err)) < 0 ||
+        if ((r = config_get_string(entry, where, "value", CAGE_CONFIG_SECRET_MAX, &value, err)) < 0 ||
             (r = get_path(entry, where, "file", &path, err)) < 0 ||
-            (r = get_string(entry, where, "env", CAGE_CONFIG_ENV_NAME_MAX, &var, err)) < 0)
+            (r = config_get_string(entry, where, "env", CAGE_CONFIG_ENV_NAME_MAX, &var, err)) < 0)
                 return r;
         if (value) {
                 len = strlen(value);
@@ -558,7 +558,7 @@ static int load_secret(json_t *entry, const char *name, struct cage_secret *ret,
 static int parse_secrets(json_t *root, struct cage_config *cfg, struct cage_error *err)
 {
         json_t *obj = NULL;
-        int r = get_object(root, "", "secrets", &obj, err);
+        int r = config_get_object(root, "", "secrets", &obj, err);
         if (r <= 0)
                 return r;
         size_t n = json_object_size(obj);
@@ -596,13 +596,13 @@ static int load_tenant(json_t *entry, size_t i, struct cage_tenant *ret, struct 
                                  "%s: must be an object {\"name\", \"token\" or \"token_file\"}",
                                  where);
         static const char *const keys[] = {"name", "token", "token_file", NULL};
-        int r = check_keys(entry, where, keys, err);
+        int r = config_check_keys(entry, where, keys, err);
         if (r < 0)
                 return r;
         const char *name = NULL, *token = NULL, *path = NULL;
-        if ((r = get_string(entry, where, "name", CAGE_CONFIG_TENANT_NAME_MAX + 1, &name, err)) <
+        if ((r = config_get_string(entry, where, "name", CAGE_CONFIG_TENANT_NAME_MAX + 1, &name, err)) <
                     0 ||
-            (r = get_string(entry, where, "token", CAGE_CONFIG_TOKEN_MAX, &token, err)) < 0 ||
+            (r = config_get_string(entry, where, "token", CAGE_CONFIG_TOKEN_MAX, &token, err)) < 0 ||
             (r = get_path(entry, where, "token_file", &path, err)) < 0)
                 return r;
         if (!name)
@@ -742,7 +742,7 @@ static int parse_mounts(json_t *root, struct cage_config *cfg, struct cage_error
                 if (!json_is_object(e))
                         return cage_fail(err, -EINVAL,
                                          "%s: must be an object {\"path\", \"writable\"}", where);
-                if ((r = check_keys(e, where, keys, err)) < 0 ||
+                if ((r = config_check_keys(e, where, keys, err)) < 0 ||
                     (r = get_path(e, where, "path", &path, err)) < 0 ||
                     (r = get_bool(e, where, "writable", &m->writable, err)) < 0)
                         return r;
@@ -791,8 +791,8 @@ static int parse_upstream(json_t *e, const char *where, struct cage_error *err)
         if (!json_is_object(e))
                 return cage_fail(err, -EINVAL, "%s: must be an object {name, command, allow}",
                                  where);
-        if ((r = check_keys(e, where, keys, err)) < 0 ||
-            (r = get_string(e, where, "name", 64, &name, err)) < 0)
+        if ((r = config_check_keys(e, where, keys, err)) < 0 ||
+            (r = config_get_string(e, where, "name", 64, &name, err)) < 0)
                 return r;
         if (!name || !upstream_name_ok(name))
                 return cage_fail(err, -EINVAL, "%s.name: required, 1..64 of [a-z0-9_]", where);
@@ -1004,7 +1004,7 @@ static int get_listen_member(json_t *obj, const char *key, size_t max, const cha
         *ret = NULL;
         if (json_is_null(v))
                 return 1;
-        return get_string(obj, "listen", key, max, ret, err);
+        return config_get_string(obj, "listen", key, max, ret, err);
 }
 
 static int parse_listen(json_t *root, struct cage_config *cfg, struct cage_error *err)
@@ -1012,12 +1012,12 @@ static int parse_listen(json_t *root, struct cage_config *cfg, struct cage_error
         const char *http = "127.0.0.1:8080", *unix_path = NULL;
         bool unix_set = false;
         json_t *obj = NULL;
-        int r = get_object(root, "", "listen", &obj, err);
+        int r = config_get_object(root, "", "listen", &obj, err);
         if (r < 0)
                 return r;
         if (obj) {
                 static const char *const keys[] = {"http", "unix", NULL};
-                if ((r = check_keys(obj, "listen", keys, err)) < 0 ||
+                if ((r = config_check_keys(obj, "listen", keys, err)) < 0 ||
                     (r = get_listen_member(obj, "http", HTTP_ADDR_MAX, &http, err)) < 0)
                         return r;
                 if ((r = get_listen_member(obj, "unix", CAGE_CONFIG_PATH_MAX, &unix_path, err)) < 0)
@@ -1073,15 +1073,15 @@ static int check_auth_exposure(const struct cage_config *cfg, struct cage_error 
 static int parse_scalars(json_t *root, struct cage_config *cfg, struct cage_error *err)
 {
         double v;
-        int r = get_number(root, "", "retention_s", NUM_U64, 0, RETENTION_MAX, &v, err);
+        int r = config_get_number(root, "", "retention_s", NUM_U64, 0, RETENTION_MAX, &v, err);
         if (r < 0)
                 return r;
         cfg->retention_s = r ? (uint64_t)v : 3600;
-        r = get_number(root, "", "idle_timeout_s", NUM_U64, 0, RETENTION_MAX, &v, err);
+        r = config_get_number(root, "", "idle_timeout_s", NUM_U64, 0, RETENTION_MAX, &v, err);
         if (r < 0)
                 return r;
         cfg->idle_timeout_s = r ? (uint64_t)v : 0;
-        r = get_number(root, "", "pool_size", NUM_U64, 0, CAGE_CONFIG_POOL_MAX, &v, err);
+        r = config_get_number(root, "", "pool_size", NUM_U64, 0, CAGE_CONFIG_POOL_MAX, &v, err);
         if (r < 0)
                 return r;
         cfg->pool_size = r ? (uint32_t)v : 2;
@@ -1119,7 +1119,8 @@ static int config_from_json(json_t *root, struct cage_config **ret, struct cage_
         static const char *const keys[] = {
                 "data_dir",  "listen",    "limits",           "defaults",    "env_allowlist",
                 "secrets",   "tenants",   "mounts_allowed",   "retention_s", "idle_timeout_s",
-                "audit_log", "pool_size", "upstream_servers", NULL};
+                "audit_log", "pool_size", "upstream_servers", "network", "pip",
+                "fetch",     NULL};
         json_auto_t *empty = NULL;
         int r;
         if (!root) {
@@ -1129,7 +1130,7 @@ static int config_from_json(json_t *root, struct cage_config **ret, struct cage_
         }
         if (!json_is_object(root))
                 return cage_fail(err, -EINVAL, "config: the top level must be a JSON object");
-        if ((r = check_keys(root, "", keys, err)) < 0)
+        if ((r = config_check_keys(root, "", keys, err)) < 0)
                 return r;
         _cleanup_config_ struct cage_config *cfg = calloc(1, sizeof(*cfg));
         if (!cfg)
@@ -1141,7 +1142,8 @@ static int config_from_json(json_t *root, struct cage_config **ret, struct cage_
             (r = parse_secrets(root, cfg, err)) < 0 || (r = parse_tenants(root, cfg, err)) < 0 ||
             (r = parse_mounts(root, cfg, err)) < 0 || (r = parse_scalars(root, cfg, err)) < 0 ||
             (r = parse_upstreams(root, cfg, err)) < 0 || (r = parse_listen(root, cfg, err)) < 0 ||
-            (r = check_auth_exposure(cfg, err)) < 0)
+            (r = check_auth_exposure(cfg, err)) < 0 ||
+            (r = config_parse_network(root, cfg, err)) < 0)
                 return r;
         *ret = TAKE_PTR(cfg);
         return 0;
@@ -1229,6 +1231,7 @@ struct cage_config *cage_config_free(struct cage_config *cfg)
         }
         free(cfg->mounts_allowed);
         json_decref(cfg->upstream_servers);
+        config_free_network(cfg);
         free(cfg->data_dir);
         free(cfg->listen_http);
         free(cfg->listen_unix);

@@ -21,6 +21,7 @@
 #include <jansson.h>
 
 #include "codecage/codecage.h"
+#include "services/egress_policy.h"
 
 struct cage_redactor;
 
@@ -80,6 +81,32 @@ struct cage_mount_rule {
         bool writable;
 };
 
+/* Network egress (docs/NETWORK.md): what sandboxes may ever reach through
+ * codecage's proxy, and its limits per sandbox. */
+struct cage_config_network {
+        struct egress_allowlist allow;         /* a spec's `network` must lie within it */
+        struct egress_allowlist allow_private; /* ADDR ranges of special addresses allowed */
+        uint32_t max_connections;              /* concurrent proxy connections per sandbox */
+        uint64_t max_bytes;                    /* bytes through the proxy per running sandbox */
+        uint32_t connect_timeout_s, idle_timeout_s;
+};
+
+/* pip requirements: the index, the hosts the install phase may reach. */
+struct cage_config_pip {
+        char *index_url;                /* http(s)://host[:port]/path */
+        struct egress_allowlist hosts;  /* the index's host + extra_hosts */
+        char *trusted_host;             /* the index's host[:port] when it is plain http */
+        uint64_t timeout_s;             /* of one install */
+        uint64_t max_mib;               /* size of one cached layer */
+};
+
+/* `files` by URL, fetched by the server. */
+struct cage_config_fetch {
+        uint64_t max_bytes;
+        uint64_t timeout_s;
+        uint32_t max_redirects;
+};
+
 struct cage_config {
         char *data_dir;
 
@@ -108,6 +135,9 @@ struct cage_config {
         uint32_t pool_size;       /* warm sandboxes kept for one-shot Python runs */
         json_t *upstream_servers; /* validated [{name, command, allow?}] or NULL */
         char *audit_log;
+        struct cage_config_network network;
+        struct cage_config_pip pip;
+        struct cage_config_fetch fetch;
 };
 
 /* The configuration used when no file is given: every default, validated. */

@@ -16,6 +16,7 @@
 
 #include "core/spec.h"
 #include "services/config.h"
+#include "services/egress.h"
 #include "util/cleanup.h"
 #include "util/error.h"
 
@@ -42,9 +43,9 @@ static const struct num_field num_fields[] = {
 };
 
 static const char *const base_keys[] = {
-        "name",     "image",     "memory_mib",       "cpus",          "pids",
-        "disk_mib", "timeout_s", "output_max_bytes", "network",       "env",
-        "secrets",  "mounts",    "labels",           "idle_timeout_s"};
+        "name",     "image",     "memory_mib",       "cpus",           "pids",
+        "disk_mib", "timeout_s", "output_max_bytes", "network",        "env",
+        "secrets",  "mounts",    "labels",           "idle_timeout_s", "requirements"};
 
 /* A field's value from the config, as a double (the defaults and limits
  * structs mix uint64_t, uint32_t and double). */
@@ -239,10 +240,10 @@ static int parse_mounts(const struct cage_config *cfg, const json_t *in, struct 
         s->mounts = json_array();
         if (!mounts || json_is_null(mounts))
                 return 0;
-        /* One mount is kept for /workspace. */
-        if (!json_is_array(mounts) || json_array_size(mounts) > CAGE_MOUNTS_MAX - 1)
+        /* Two mounts are kept: /workspace and the requirements layer. */
+        if (!json_is_array(mounts) || json_array_size(mounts) > CAGE_MOUNTS_MAX - 2)
                 return cage_fail(err, -EINVAL, "mounts: must be a list of at most %d mounts",
-                                 CAGE_MOUNTS_MAX - 1);
+                                 CAGE_MOUNTS_MAX - 2);
         size_t i;
         const json_t *m;
         json_array_foreach(mounts, i, m)
@@ -309,26 +310,85 @@ static int parse_simple(const json_t *in, bool named, const char *const *extra, 
                 return cage_fail(err, -EINVAL,
                                  "image: only \"host\" (the host's userland, read-only) is "
                                  "available on this server");
-        const json_t *net = json_object_get(in, "network");
-        if (net && !json_is_null(net) && (!json_is_array(net) || json_array_size(net) > 0))
-                return cage_fail_plain(
-                        err, -EPERM,
-                        "network: this server gives sandboxes no network egress; leave "
-                        "the list empty");
+        return 0;
+}
+
+/* `network`: allowlist entries within the server's network.allow. */
+static int parse_network(const struct cage_config *cfg, const json_t *in, struct svc_spec *s,
+                         struct cage_error *err)
+{
+        int r = egress_allowlist_parse(json_object_get(in, "network"), "network", false,
+                                       &s->network, err);
+        if (r == 0)
+                r = egress_allowlist_within(&s->network, &cfg->network.allow, "network", err);
+        return r;
+}
+
+static int compare_strings(const void *a, const void *b)
+{
+        return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* A requirement as pip reads it from a requirements file line: printable
+ * ASCII, not an option ("-r file", "--index-url ..."), not a path or URL
+ * (packages come from the configured index only). */
+static bool requirement_valid(const char *r, size_t len)
+{
+        if (len == 0 || len > SVC_REQUIREMENT_MAX || r[0] == '-' || r[0] == '.' || r[0] == '/' ||
+            strstr(r, "://") || strchr(r, '@'))
+                return false;
+        for (size_t i = 0; i < len; i++)
+                if (r[i] < 0x20 || r[i] > 0x7e || r[i] == '\\')
+                        return false;
+        return isalnum((unsigned char)r[0]);
+}
+
+static int parse_requirements(const json_t *in, struct svc_spec *s, struct cage_error *err)
+{
+        const json_t *req = json_object_get(in, "requirements");
+        s->requirements = json_array();
+        if (!req || json_is_null(req))
+                return 0;
+        if (!json_is_array(req) || json_array_size(req) > SVC_REQUIREMENTS_MAX)
+                return cage_fail(err, -EINVAL,
+                                 "requirements: must be a list of at most %d requirement strings",
+                                 SVC_REQUIREMENTS_MAX);
+        const char *sorted[SVC_REQUIREMENTS_MAX];
+        size_t i, n = 0;
+        const json_t *v;
+        json_array_foreach(req, i, v)
+        {
+                if (!json_is_string(v) ||
+                    !requirement_valid(json_string_value(v), json_string_length(v)))
+                        return cage_fail(err, -EINVAL,
+                                         "requirements[%zu]: must be a requirement such as "
+                                         "\"numpy==2.1.0\" or \"requests>=2\" (1..%d printable "
+                                         "characters; no options, paths or URLs)",
+                                         i, SVC_REQUIREMENT_MAX);
+                sorted[n++] = json_string_value(v);
+        }
+        qsort(sorted, n, sizeof(sorted[0]), compare_strings);
+        for (i = 0; i < n; i++)
+                if (i == 0 || strcmp(sorted[i], sorted[i - 1]) != 0)
+                        json_array_append_new(s->requirements, json_string(sorted[i]));
         return 0;
 }
 
 static int build_doc(struct svc_spec *s)
 {
-        s->doc = json_pack("{s:s, s:I, s:f, s:i, s:I, s:f, s:I, s:[], s:O, s:O, s:O, s:O, s:I}",
-                           "image", "host", "memory_mib", (json_int_t)s->memory_mib, "cpus",
-                           s->cpus, "pids", (int)s->pids, "disk_mib", (json_int_t)s->disk_mib,
-                           "timeout_s", (double)s->timeout_s_ms / 1000.0, "output_max_bytes",
-                           (json_int_t)s->output_max_bytes, "network", "env", s->env, "secrets",
-                           s->secrets, "mounts", s->mounts, "labels", s->labels, "idle_timeout_s",
+        s->doc = json_pack("{s:s, s:I, s:f, s:i, s:I, s:f, s:I, s:O, s:O, s:O, s:O, s:I}", "image",
+                           "host", "memory_mib", (json_int_t)s->memory_mib, "cpus", s->cpus, "pids",
+                           (int)s->pids, "disk_mib", (json_int_t)s->disk_mib, "timeout_s",
+                           (double)s->timeout_s_ms / 1000.0, "output_max_bytes",
+                           (json_int_t)s->output_max_bytes, "env", s->env, "secrets", s->secrets,
+                           "mounts", s->mounts, "labels", s->labels, "idle_timeout_s",
                            (json_int_t)s->idle_timeout_s);
         if (s->doc && s->name[0])
                 json_object_set_new(s->doc, "name", json_string(s->name));
+        if (s->doc) {
+                json_object_set_new(s->doc, "network", egress_allowlist_to_json(&s->network));
+                json_object_set(s->doc, "requirements", s->requirements);
+        }
         return s->doc ? 0 : -ENOMEM;
 }
 
@@ -349,7 +409,11 @@ int svc_spec_parse(const struct cage_config *cfg, const json_t *in, bool named,
                 r = parse_mounts(cfg, in, s, err);
         if (r == 0)
                 r = parse_labels(in, s, err);
-        if (r == 0 && (!s->env || !s->labels || build_doc(s) < 0))
+        if (r == 0)
+                r = parse_network(cfg, in, s, err);
+        if (r == 0)
+                r = parse_requirements(in, s, err);
+        if (r == 0 && (!s->env || !s->labels || !s->requirements || build_doc(s) < 0))
                 r = cage_fail(err, -ENOMEM, "spec");
         if (r < 0) {
                 svc_spec_free(s);
@@ -367,6 +431,8 @@ struct svc_spec *svc_spec_free(struct svc_spec *s)
         json_decref(s->secrets);
         json_decref(s->mounts);
         json_decref(s->labels);
+        json_decref(s->requirements);
+        egress_allowlist_clear(&s->network);
         json_decref(s->doc);
         for (size_t i = 0; i < CAGE_MOUNTS_MAX; i++)
                 free(s->resolved_mounts[i]);
@@ -376,9 +442,16 @@ struct svc_spec *svc_spec_free(struct svc_spec *s)
 
 /* ---- launching ---- */
 
+/* The variables every client library reads to find a proxy; loopback
+ * itself is not proxied. */
+static const char *const proxy_vars[] = {"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY",
+                                         "http_proxy", "https_proxy", "all_proxy"};
+#define NO_PROXY_HOSTS  "localhost,127.0.0.1,::1"
+#define ENV_EXTRA_BYTES 1024 /* the proxy variables and PYTHONPATH */
+
 static size_t env_bytes(const struct svc_spec *s, const struct cage_config *cfg)
 {
-        size_t bytes = 0;
+        size_t bytes = ENV_EXTRA_BYTES;
         const char *k;
         const json_t *v;
         json_object_foreach((json_t *)s->env, k, v) bytes += strlen(k) + json_string_length(v) + 2;
@@ -430,6 +503,13 @@ static int fill_env(const struct svc_spec *s, const struct cage_config *cfg, str
                     !json_object_get(s->env, json_string_value(v)))
                         ok = add_env(out, &pos, json_string_value(v), val);
         }
+        for (i = 0; i < sizeof(proxy_vars) / sizeof(proxy_vars[0]) && ok && s->network.n; i++)
+                ok = add_env(out, &pos, proxy_vars[i], CAGE_EGRESS_PROXY_URL);
+        if (ok && s->network.n)
+                ok = add_env(out, &pos, "NO_PROXY", NO_PROXY_HOSTS) &&
+                     add_env(out, &pos, "no_proxy", NO_PROXY_HOSTS);
+        if (ok && s->requirements_dir)
+                ok = add_env(out, &pos, "PYTHONPATH", SVC_REQUIREMENTS_DIR "/site-packages");
         const char *k;
         json_object_foreach((json_t *)s->env, k, v) if (ok) ok =
                 add_env(out, &pos, k, json_string_value(v));
@@ -458,5 +538,8 @@ int svc_spec_to_cage(const struct svc_spec *s, const struct cage_config *cfg,
         if (workspace_dir)
                 out->mounts[out->n_mounts++] = (struct cage_mount){
                         .source = workspace_dir, .target = "/workspace", .writable = true};
+        if (s->requirements_dir)
+                out->mounts[out->n_mounts++] = (struct cage_mount){.source = s->requirements_dir,
+                                                                   .target = SVC_REQUIREMENTS_DIR};
         return fill_env(s, cfg, out, env_storage, err);
 }

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "codecage/codecage.h"
+#include "services/egress_policy.h"
 
 struct cage_config;
 
@@ -24,6 +25,10 @@ struct cage_config;
 #define SVC_LABELS_MAX       64
 #define SVC_LABEL_VALUE_MAX  256
 #define SVC_IDLE_TIMEOUT_MAX (30ULL * 24 * 3600)
+#define SVC_REQUIREMENTS_MAX 64
+#define SVC_REQUIREMENT_MAX  200 /* bytes of one requirement */
+/* Where a requirements layer appears in a sandbox (read-only). */
+#define SVC_REQUIREMENTS_DIR "/opt/codecage/requirements"
 
 struct svc_spec {
         char name[SVC_NAME_MAX + 1]; /* "" for one-shot runs */
@@ -36,7 +41,12 @@ struct svc_spec {
         char *resolved_mounts[CAGE_MOUNTS_MAX];
         size_t n_mounts;
         json_t *labels; /* object of strings */
+        struct egress_allowlist network; /* empty: no network */
+        json_t *requirements; /* sorted array of pip requirement strings */
         json_t *doc;    /* the normalised spec: every field, defaults filled in */
+        /* Set by the caller before launching, not part of the spec: the
+         * host directory of the installed requirements layer, or NULL. */
+        const char *requirements_dir;
 };
 
 /* Whether name is a valid sandbox name: [A-Za-z0-9][A-Za-z0-9_.-]{0,62}. */

@@ -64,6 +64,11 @@ int cage_service_http_status(int r)
         case -ENOSPC:
         case -EDQUOT:
                 return 507;
+        case -EREMOTEIO: /* a `files` URL's server failed us */
+        case -EHOSTUNREACH:
+                return 502;
+        case -ETIMEDOUT:
+                return 504;
         default:
                 return r >= 0 ? 200 : 500;
         }
@@ -219,11 +224,29 @@ int svc_workspace_fd(struct sb *sb, struct cage_error *err)
         return fd < 0 ? cage_fail(err, -errno, "opening the workspace") : fd;
 }
 
+int svc_box_start(struct cage_service *svc, const struct svc_spec *spec, const char *workspace,
+                  const char *tenant, const char *name, const char *phase, struct cage_box **ret,
+                  struct cage_error *err)
+{
+        _cleanup_free_ char *env = NULL;
+        struct cage_spec cs;
+        int r = svc_spec_to_cage(spec, svc->cfg, workspace, &cs, &env, err);
+        if (r == 0)
+                r = cage_box_start(&cs, ret, err);
+        if (r < 0 || !spec->network.n)
+                return r;
+        struct cage_egress_owner owner = {
+                .tenant = tenant, .sandbox = name, .labels = spec->labels, .phase = phase};
+        r = cage_egress_attach(svc->egress, cage_box_pidfd(*ret), &spec->network, &owner, err);
+        if (r < 0)
+                *ret = cage_box_destroy(*ret);
+        return r;
+}
+
 static int start_locked(struct sb *sb, struct cage_error *err)
 {
         struct cage_service *svc = sb->svc;
-        _cleanup_free_ char *env = NULL;
-        struct cage_spec spec;
+        json_t *failed = NULL, *info = NULL;
         if (!sb->spec)
                 return cage_fail_plain(err, -EPERM,
                                        "sandbox \"%s\" cannot start: the server's configuration no "
@@ -233,9 +256,16 @@ static int start_locked(struct sb *sb, struct cage_error *err)
         if (fd < 0)
                 return fd;
         close(fd);
-        int r = svc_spec_to_cage(sb->spec, svc->cfg, sb->workspace, &spec, &env, err);
+        int r = svc_requirements_prepare(svc, sb->spec, sb->tenant, &info, &failed, err);
+        json_decref(info);
+        if (r == 1) {
+                r = cage_fail_plain(err, -EINVAL, "requirements: pip could not install them: %s",
+                                    json_string_value(json_object_get(failed, "reason")));
+                json_decref(failed);
+        }
         if (r == 0)
-                r = cage_box_start(&spec, &sb->box, err);
+                r = svc_box_start(svc, sb->spec, sb->workspace, sb->tenant, sb->name, NULL,
+                                  &sb->box, err);
         if (r < 0)
                 return r;
         struct cage_sandbox_runtime rt = {.host_uid = (uint32_t)cage_box_host_uid(sb->box),
@@ -685,6 +715,9 @@ static int open_parts(struct cage_service *svc, struct cage_error *err)
                 return r;
         if ((r = load_sandboxes(svc, err)) < 0)
                 return r;
+        if ((r = cage_egress_open(&cfg->network, svc->audit, &svc->egress, err)) < 0 ||
+            (r = svc_layers_open(svc, err)) < 0)
+                return r;
         if ((r = cage_pool_open(cfg, cfg->pool_size, &svc->pool, err)) < 0 ||
             (r = cage_upstreams_open(cfg->upstream_servers, &svc->upstreams, err)) < 0)
                 return r;
@@ -786,6 +819,8 @@ struct cage_service *cage_service_close(struct cage_service *svc)
         }
         svc->pool = cage_pool_close(svc->pool);
         svc->upstreams = cage_upstreams_close(svc->upstreams);
+        svc->egress = cage_egress_close(svc->egress);
+        svc_layers_close(svc);
         svc->audit = cage_audit_close(svc->audit);
         svc->redactor = cage_redactor_unref(svc->redactor);
         svc->store = cage_store_close(svc->store);

@@ -362,8 +362,26 @@ static int run_argv(const json_t *in, struct exec_req *q, struct cage_error *err
         return 0;
 }
 
-/* Writes the request's files ({path, content, encoding}) into the workspace. */
-int svc_put_files(const json_t *in, int ws, struct cage_error *err)
+/* One entry of `files`: {path, content, encoding?} or {path, url}. */
+static int file_entry(const json_t *f, size_t i, const char **path, const char **content,
+                      size_t *clen, const char **enc, const char **url, struct cage_error *err)
+{
+        *content = *url = NULL;
+        *enc = "utf-8";
+        *clen = 0;
+        if (json_unpack((json_t *)f, "{s:s, s?s%, s?s, s?s}", "path", path, "content", content,
+                        clen, "encoding", enc, "url", url) < 0 ||
+            json_object_size(f) > 3 || (*content && *url) || (!*content && !*url) ||
+            (*url && json_object_size(f) != 2))
+                return cage_fail(err, -EINVAL,
+                                 "files[%zu]: must be {path, content, encoding} or {path, url}", i);
+        if (*content && strcmp(*enc, "base64") != 0 && strcmp(*enc, "utf-8") != 0 &&
+            strcmp(*enc, "utf8") != 0)
+                return cage_fail(err, -EINVAL, "files[%zu].encoding: \"utf-8\" or \"base64\"", i);
+        return 0;
+}
+
+int svc_check_files(const json_t *in, struct cage_error *err)
 {
         const json_t *files = json_object_get(in, "files");
         if (!files || json_is_null(files))
@@ -371,52 +389,82 @@ int svc_put_files(const json_t *in, int ws, struct cage_error *err)
         if (!json_is_array(files) || json_array_size(files) > FILES_MAX)
                 return cage_fail(err, -EINVAL, "files: must be a list of at most %d files",
                                  FILES_MAX);
-        size_t i;
+        size_t i, clen;
         const json_t *f;
+        const char *path, *content, *enc, *url;
         json_array_foreach(files, i, f)
         {
-                const char *path = NULL, *content = NULL, *enc = "utf-8", *url = NULL;
-                size_t clen = 0;
-                if (json_unpack((json_t *)f, "{s:s, s?s%, s?s, s?s}", "path", &path, "content",
-                                &content, &clen, "encoding", &enc, "url", &url) < 0 ||
-                    json_object_size(f) > 3)
-                        return cage_fail(err, -EINVAL,
-                                         "files[%zu]: must be {path, content, encoding} or "
-                                         "{path, url}",
-                                         i);
-                if (url)
-                        return cage_fail_plain(
-                                err, -EPERM,
-                                "files[%zu].url: this server fetches no URLs (it gives "
-                                "sandboxes no network); send the content instead",
-                                i);
-                if (!content)
-                        return cage_fail(err, -EINVAL, "files[%zu].content: required", i);
-                _cleanup_free_ void *data = NULL;
-                size_t dlen = clen;
-                if (strcmp(enc, "base64") == 0) {
-                        if (cage_base64_decode(content, clen, &data, &dlen) < 0)
-                                return cage_fail(err, -EINVAL,
-                                                 "files[%zu].content: not valid base64", i);
-                } else if (strcmp(enc, "utf-8") != 0 && strcmp(enc, "utf8") != 0) {
-                        return cage_fail(err, -EINVAL,
-                                         "files[%zu].encoding: \"utf-8\" or \"base64\"", i);
-                }
-                struct cage_error ferr = {0};
-                int r = cage_files_write(ws, path, data ? data : content, dlen, &ferr);
+                int r = file_entry(f, i, &path, &content, &clen, &enc, &url, err);
                 if (r < 0)
-                        return cage_fail(err, r, "files[%zu]: %s", i, ferr.message);
+                        return r;
         }
         return 0;
 }
 
+/* The bytes of one entry: decoded content, or the URL's body. */
+static int file_bytes(struct cage_service *svc, const char *tenant, json_t *labels, const json_t *f,
+                      size_t i, void **data, size_t *len, bool *owned, const char **path,
+                      struct cage_error *err)
+{
+        const char *content, *enc, *url;
+        size_t clen;
+        int r = file_entry(f, i, path, &content, &clen, &enc, &url, err);
+        *owned = false;
+        if (r < 0)
+                return r;
+        char field[32];
+        snprintf(field, sizeof(field), "files[%zu].url", i);
+        if (url) {
+                *owned = true;
+                return svc_fetch_url(svc, tenant, labels, url, field, data, len, err);
+        }
+        if (strcmp(enc, "base64") == 0) {
+                *owned = true;
+                if (cage_base64_decode(content, clen, data, len) < 0)
+                        return cage_fail(err, -EINVAL, "files[%zu].content: not valid base64", i);
+                return 0;
+        }
+        *data = (void *)content;
+        *len = clen;
+        return 0;
+}
+
+/* Writes the request's files into the workspace. */
+int svc_put_files(struct cage_service *svc, const char *tenant, json_t *labels, const json_t *in,
+                  int ws, struct cage_error *err)
+{
+        int r = svc_check_files(in, err);
+        const json_t *files = json_object_get(in, "files");
+        size_t i;
+        const json_t *f;
+        json_array_foreach(files, i, f)
+        {
+                void *data = NULL;
+                size_t len = 0;
+                bool owned;
+                const char *path;
+                if (r == 0)
+                        r = file_bytes(svc, tenant, labels, f, i, &data, &len, &owned, &path, err);
+                struct cage_error ferr = {0};
+                int w = r == 0 ? cage_files_write(ws, path, data, len, &ferr) : 0;
+                if (owned)
+                        free(data);
+                if (w < 0)
+                        return cage_fail(err, w, "files[%zu]: %s", i, ferr.message);
+                if (r < 0)
+                        return r;
+        }
+        return r;
+}
+
 /* The scratch tmpfs of a one-shot sandbox belongs to its user namespace,
  * where host root is unmapped: write as the sandbox's host uid. */
-int svc_put_run_files(struct cage_box *box, const json_t *req, int ws, struct cage_error *err)
+int svc_put_run_files(struct cage_service *svc, const char *tenant, json_t *labels,
+                      struct cage_box *box, const json_t *req, int ws, struct cage_error *err)
 {
         int old_gid = setfsgid(cage_box_host_gid(box));
         int old_uid = setfsuid(cage_box_host_uid(box));
-        int r = svc_put_files(req, ws, err);
+        int r = svc_put_files(svc, tenant, labels, req, ws, err);
         setfsuid((uid_t)old_uid);
         setfsgid((gid_t)old_gid);
         return r;
@@ -458,13 +506,13 @@ struct run_ctx {
         int ws;
         char run_id[CAGE_STORE_ID_LEN + 1];
         struct cage_artifact_snapshot *before;
+        json_t *requirements; /* {cached, duration_ms} when the run has requirements */
+        json_t *failed;       /* the result when pip failed */
 };
 
-static int run_prepare(struct cage_service *svc, const json_t *req, struct run_ctx *c,
-                       struct cage_error *err)
+static int run_prepare(struct cage_service *svc, const char *tenant, const json_t *req,
+                       struct run_ctx *c, struct cage_error *err)
 {
-        _cleanup_free_ char *env = NULL;
-        struct cage_spec spec;
         int r = svc_spec_parse(svc->cfg, req, false, run_extra, &c->spec, err);
         if (r < 0)
                 return r;
@@ -479,14 +527,16 @@ static int run_prepare(struct cage_service *svc, const json_t *req, struct run_c
                 c->q.stdin_len = json_string_length(in_data);
         }
         c->q.timeout_ms = c->spec->timeout_s_ms;
-        if ((r = cage_store_new_id(c->run_id, err)) < 0)
+        if ((r = svc_check_files(req, err)) < 0 || (r = cage_store_new_id(c->run_id, err)) < 0)
                 return r;
-        if ((r = svc_spec_to_cage(c->spec, svc->cfg, NULL, &spec, &env, err)) < 0 ||
-            (r = cage_box_start(&spec, &c->box, err)) < 0)
+        r = svc_requirements_prepare(svc, c->spec, tenant, &c->requirements, &c->failed, err);
+        if (r != 0)
+                return r;
+        if ((r = svc_box_start(svc, c->spec, NULL, tenant, NULL, NULL, &c->box, err)) < 0)
                 return r;
         if ((c->ws = svc_open_run_workspace(c->box, err)) < 0)
                 return c->ws;
-        if ((r = svc_put_run_files(c->box, req, c->ws, err)) < 0)
+        if ((r = svc_put_run_files(svc, tenant, c->spec->labels, c->box, req, c->ws, err)) < 0)
                 return r;
         (void)cage_artifacts_snapshot(c->ws, &c->before, NULL);
         return 0;
@@ -498,19 +548,25 @@ int cage_service_run(struct cage_service *svc, const char *tenant, const json_t 
         struct run_ctx c = {.ws = -1};
         struct cage_result res = {0};
         json_t *artifacts = NULL;
-        int r = run_prepare(svc, req, &c, err);
-        if (r == 0) {
+        int r = run_prepare(svc, tenant, req, &c, err);
+        if (r == 1) { /* pip failed: that is the run's result */
+                *ret = TAKE_PTR(c.failed);
+                json_object_set_new(*ret, "run_id", json_string(c.run_id));
+                r = 0;
+        } else if (r == 0) {
                 svc_audit(svc, CAGE_AUDIT_RUN_START, tenant, NULL, c.spec->labels,
                           json_pack("{s:s, s:s}", "run_id", c.run_id, "program", c.q.argv[0]));
                 run_exec(svc, c.box, &c.q, c.spec->output_max_bytes, io, &res, &r, err);
         }
-        if (r == 0) {
+        if (r == 0 && c.box) {
                 if (cage_artifacts_collect(c.ws, c.before, &artifacts, NULL) < 0)
                         artifacts = json_array();
                 if (json_array_size(artifacts))
                         svc_keep_output(svc, c.ws, c.run_id);
                 *ret = svc_result_json(svc, &res, artifacts);
                 json_object_set_new(*ret, "run_id", json_string(c.run_id));
+                if (c.requirements)
+                        json_object_set(*ret, "requirements", c.requirements);
                 json_t *fields = audit_fields(&res, c.q.argv[0]);
                 json_object_set_new(fields, "run_id", json_string(c.run_id));
                 svc_audit(svc, CAGE_AUDIT_RUN_END, tenant, NULL, c.spec->labels, fields);
@@ -521,6 +577,8 @@ int cage_service_run(struct cage_service *svc, const char *tenant, const json_t 
                 cage_pool_dispose(svc->pool, c.box, NULL);
         cage_result_free(&res);
         json_decref(artifacts);
+        json_decref(c.requirements);
+        json_decref(c.failed);
         cage_artifact_snapshot_free(c.before);
         exec_req_free(&c.q);
         svc_spec_free(c.spec);

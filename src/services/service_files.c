@@ -55,6 +55,25 @@ int cage_service_file_write(struct cage_service *svc, const char *tenant, const 
         return r;
 }
 
+int cage_service_file_fetch(struct cage_service *svc, const char *tenant, const char *name,
+                            const char *path, const char *url, const char *field,
+                            struct cage_error *err)
+{
+        _cleanup_free_ void *data = NULL;
+        size_t len = 0;
+        struct sb *sb;
+        int r = svc_lookup(svc, tenant, name, &sb, err);
+        if (r < 0)
+                return r;
+        r = svc_fetch_url(svc, tenant, svc_labels(sb), url, field, &data, &len, err);
+        svc_unref(sb);
+        if (r < 0) {
+                svc_audit_denied(svc, r, tenant, name, err);
+                return r;
+        }
+        return cage_service_file_write(svc, tenant, name, path, data, len, err);
+}
+
 int cage_service_file_read(struct cage_service *svc, const char *tenant, const char *name,
                            const char *path, size_t max, void **ret_data, size_t *ret_len,
                            struct cage_error *err)

@@ -17,6 +17,7 @@
 #include "core/box.h"
 #include "services/audit.h"
 #include "services/config.h"
+#include "services/egress.h"
 #include "services/logring.h"
 #include "services/redact.h"
 #include "services/pool.h"
@@ -61,6 +62,8 @@ struct cage_service {
         enum cage_workspace_backend ws_backend;
         struct cage_pool *pool;
         struct cage_upstreams *upstreams;
+        struct cage_egress *egress;
+        struct svc_layers *layers; /* installed pip requirements (requirements.c) */
         pthread_mutex_t lock;
         struct sb *list;
         pthread_t reaper;
@@ -89,6 +92,25 @@ void svc_leave(struct sb *sb, const struct cage_result *logged);
 /* With sb->lock held: mounts the workspace if needed; an O_PATH fd of it. */
 int svc_workspace_fd(struct sb *sb, struct cage_error *err);
 
+/* Starts a box for spec (the requirements layer, if any, already in
+ * spec->requirements_dir) and, when the spec lists hosts, its egress proxy,
+ * audited as tenant/name (name NULL for one-shot runs; phase NULL but for
+ * internal phases). */
+int svc_box_start(struct cage_service *svc, const struct svc_spec *spec, const char *workspace,
+                  const char *tenant, const char *name, const char *phase, struct cage_box **ret,
+                  struct cage_error *err);
+
+/* Pip requirements (requirements.c): makes sure spec's requirement set is
+ * installed in a cached layer and points spec->requirements_dir at it.
+ * Returns 0 with *ret_info ({cached, duration_ms}, or NULL without
+ * requirements); 1 when pip failed, with *ret_failed a result document
+ * (status "error", pip's output); < 0 for codecage's own failures. */
+struct svc_layers;
+int svc_requirements_prepare(struct cage_service *svc, struct svc_spec *spec, const char *tenant,
+                             json_t **ret_info, json_t **ret_failed, struct cage_error *err);
+int svc_layers_open(struct cage_service *svc, struct cage_error *err);
+void svc_layers_close(struct cage_service *svc);
+
 /* Audit helpers: never fail the operation they describe. */
 void svc_audit(struct cage_service *svc, enum cage_audit_event ev, const char *tenant,
                const char *sandbox, json_t *labels, json_t *fields);
@@ -108,8 +130,15 @@ int svc_parse_timeout(const struct cage_config *cfg, const json_t *in, uint64_t 
 /* One-shot runs (service_exec.c): the request's `files`, written as the
  * sandbox's user; the scratch /workspace of a one-shot sandbox; keeping
  * output/ for the retention period; removing expired runs. */
-int svc_put_files(const json_t *req, int ws, struct cage_error *err);
-int svc_put_run_files(struct cage_box *box, const json_t *req, int ws, struct cage_error *err);
+int svc_check_files(const json_t *req, struct cage_error *err);
+int svc_put_files(struct cage_service *svc, const char *tenant, json_t *labels, const json_t *req,
+                  int ws, struct cage_error *err);
+int svc_put_run_files(struct cage_service *svc, const char *tenant, json_t *labels,
+                      struct cage_box *box, const json_t *req, int ws, struct cage_error *err);
+/* Downloads url for `files` (fetch.c): checked like sandbox traffic
+ * against the server's network.allow; field names it in errors. */
+int svc_fetch_url(struct cage_service *svc, const char *tenant, json_t *labels, const char *url,
+                  const char *field, void **ret_data, size_t *ret_len, struct cage_error *err);
 int svc_open_run_workspace(struct cage_box *box, struct cage_error *err);
 void svc_keep_output(struct cage_service *svc, int ws, const char *run_id);
 void svc_expire_runs(struct cage_service *svc);

@@ -243,9 +243,12 @@ struct oneshot {
         bool pooled;
         char run_id[CAGE_STORE_ID_LEN + 1];
         struct cage_artifact_snapshot *before;
+        json_t *requirements; /* {cached, duration_ms} when the run has requirements */
+        json_t *failed;       /* the result when pip failed */
 };
 
-static int oneshot_start(struct cage_service *svc, struct oneshot *o, struct cage_error *err)
+static int oneshot_start(struct cage_service *svc, const char *tenant, struct oneshot *o,
+                         struct cage_error *err)
 {
         if (cage_pool_serves(svc->pool, o->spec)) {
                 o->pooled = cage_pool_take(svc->pool, &o->box, &o->session);
@@ -254,30 +257,32 @@ static int oneshot_start(struct cage_service *svc, struct oneshot *o, struct cag
         }
         if (o->pooled)
                 return 0;
-        _cleanup_free_ char *env = NULL;
-        struct cage_spec spec;
-        int r = svc_spec_to_cage(o->spec, svc->cfg, NULL, &spec, &env, err);
-        if (r == 0)
-                r = cage_box_start(&spec, &o->box, err);
+        int r = svc_requirements_prepare(svc, o->spec, tenant, &o->requirements, &o->failed, err);
+        if (r != 0)
+                return r;
+        r = svc_box_start(svc, o->spec, NULL, tenant, NULL, NULL, &o->box, err);
         if (r == 0)
                 r = cage_session_start(o->box, NULL, &o->session, err);
         return r;
 }
 
-static int oneshot_prepare(struct cage_service *svc, const json_t *req, struct oneshot *o,
-                           struct cage_error *err)
+static int oneshot_prepare(struct cage_service *svc, const char *tenant, const json_t *req,
+                           struct oneshot *o, struct cage_error *err)
 {
         int r = svc_spec_parse(svc->cfg, req, false, oneshot_extra, &o->spec, err);
         if (r == 0)
                 r = parse_code(req, &o->q, err);
+        if (r == 0)
+                r = svc_check_files(req, err);
         if (r < 0)
                 return r;
         o->q.timeout_ms = o->spec->timeout_s_ms;
-        if ((r = cage_store_new_id(o->run_id, err)) < 0 || (r = oneshot_start(svc, o, err)) < 0)
+        if ((r = cage_store_new_id(o->run_id, err)) < 0 ||
+            (r = oneshot_start(svc, tenant, o, err)) != 0)
                 return r;
         if ((o->ws = svc_open_run_workspace(o->box, err)) < 0)
                 return o->ws;
-        if ((r = svc_put_run_files(o->box, req, o->ws, err)) < 0)
+        if ((r = svc_put_run_files(svc, tenant, o->spec->labels, o->box, req, o->ws, err)) < 0)
                 return r;
         (void)cage_artifacts_snapshot(o->ws, &o->before, NULL);
         return 0;
@@ -289,23 +294,30 @@ static int run_oneshot(struct cage_service *svc, const char *tenant, const json_
 {
         struct oneshot o = {.ws = -1};
         json_t *artifacts = NULL;
-        int r = oneshot_prepare(svc, req, &o, err);
-        if (r == 0) {
+        int r = oneshot_prepare(svc, tenant, req, &o, err);
+        if (r == 1) { /* pip failed: that is the run's result */
+                *ret = TAKE_PTR(o.failed);
+                json_object_set_new(*ret, "run_id", json_string(o.run_id));
+                r = 0;
+        } else if (r == 0) {
                 struct cage_session_run run;
                 struct run_host rh = {.svc = svc, .front = host};
                 fill_run(&run, &o.q, o.spec->output_max_bytes, io, &rh);
                 r = cage_session_run(o.session, &run, ret, err);
-        }
-        if (r == 0) {
-                if (cage_artifacts_collect(o.ws, o.before, &artifacts, NULL) < 0)
-                        artifacts = json_array();
-                if (json_array_size(artifacts))
-                        svc_keep_output(svc, o.ws, o.run_id);
-                json_object_set_new(*ret, "artifacts", artifacts);
-                json_object_set_new(*ret, "run_id", json_string(o.run_id));
-                json_object_set_new(*ret, "pooled", json_boolean(o.pooled));
-                redact_result(svc, *ret);
-                audit_run(svc, CAGE_AUDIT_RUN_END, tenant, NULL, o.spec->labels, *ret, o.run_id);
+                if (r == 0) {
+                        if (cage_artifacts_collect(o.ws, o.before, &artifacts, NULL) < 0)
+                                artifacts = json_array();
+                        if (json_array_size(artifacts))
+                                svc_keep_output(svc, o.ws, o.run_id);
+                        json_object_set_new(*ret, "artifacts", artifacts);
+                        json_object_set_new(*ret, "run_id", json_string(o.run_id));
+                        json_object_set_new(*ret, "pooled", json_boolean(o.pooled));
+                        if (o.requirements)
+                                json_object_set(*ret, "requirements", o.requirements);
+                        redact_result(svc, *ret);
+                        audit_run(svc, CAGE_AUDIT_RUN_END, tenant, NULL, o.spec->labels, *ret,
+                                  o.run_id);
+                }
         }
         if (o.ws >= 0)
                 close(o.ws);
@@ -314,6 +326,8 @@ static int run_oneshot(struct cage_service *svc, const char *tenant, const json_
         else
                 cage_session_free(o.session);
         cage_artifact_snapshot_free(o.before);
+        json_decref(o.requirements);
+        json_decref(o.failed);
         svc_spec_free(o.spec);
         return r;
 }

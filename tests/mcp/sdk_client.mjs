@@ -313,10 +313,10 @@ const scenarios = {
     const extra = await call(client, "run_python", { code: "1", bogus: true });
     assert.equal(extra.isError, true);
     assert.match(text(extra), /unknown argument `bogus`/);
-    const net = await call(client, "run_python", { code: "1", network: ["example.com"] });
+    const net = await call(client, "run_python", { code: "1", network: ["10.0.0.1"] });
     assert.equal(net.isError, true);
     assert.match(text(net), /network/);
-    const req = await call(client, "run_python", { code: "1", requirements: ["numpy"] });
+    const req = await call(client, "run_python", { code: "1", requirements: ["--index-url=http://evil"] });
     assert.equal(req.isError, true);
     assert.match(text(req), /requirements/);
     const nobox = await call(client, "file_read", { sandbox: "no-such-box", path: "x" });

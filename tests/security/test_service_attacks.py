@@ -141,8 +141,11 @@ def test_spec_fields_cannot_reach_host_paths(server):
     r = server.request("POST", "/v1/sandboxes", {
         "name": "mnt", "mounts": [{"source": "/etc", "target": "/hostetc"}]})
     assert r.status == 403 and "mounts[0]" in r.json["error"]["message"]
-    r = server.request("POST", "/v1/run", {"command": "true", "network": ["example.com"]})
+    # "*" (the default network.allow) covers host names, never an IP literal.
+    r = server.request("POST", "/v1/run", {"command": "true", "network": ["10.0.0.1"]})
     assert r.status == 403 and "network" in r.json["error"]["message"]
+    r = server.request("POST", "/v1/run", {"command": "true", "requirements": ["-r/etc/shadow"]})
+    assert r.status == 400 and "requirements[0]" in r.json["error"]["message"]
     assert server.ok("GET", "/v1/sandboxes")["sandboxes"] == []
 
 

@@ -128,7 +128,8 @@ TEST(event_names_round_trip)
         static const char *const names[] = {
                 "sandbox.create", "sandbox.start", "sandbox.stop", "sandbox.remove", "exec.start",
                 "exec.end",       "run.start",     "run.end",      "file.write",     "file.read",
-                "file.delete",    "secret.inject", "policy.deny",  "auth.deny",
+                "file.delete",    "secret.inject", "policy.deny",  "auth.deny",      "network.allow",
+                "network.deny",   "requirements.install",
         };
         CHECK(sizeof(names) / sizeof(names[0]) == CAGE_AUDIT_EVENT_COUNT);
         for (int i = 0; i < CAGE_AUDIT_EVENT_COUNT; i++) {

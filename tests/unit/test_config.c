@@ -531,9 +531,62 @@ TEST(redactor_covers_secrets_and_tokens)
         cage_config_free(cfg);
 }
 
+TEST(network_defaults_allow_names_not_private_addresses)
+{
+        char msg[CAGE_ERROR_MESSAGE_MAX];
+        struct cage_config *cfg = NULL;
+        CHECK(parse("{}", &cfg, msg) == 0);
+        if (!cfg)
+                return;
+        CHECK(cfg->network.allow.n == 1 && cfg->network.allow.rules[0].kind == EGRESS_RULE_ANY);
+        CHECK(cfg->network.allow_private.n == 0);
+        CHECK(cfg->network.max_connections == 16 && cfg->network.max_bytes == 1ULL << 30);
+        CHECK_STREQ(cfg->pip.index_url, "https://pypi.org/simple");
+        CHECK(cfg->pip.trusted_host == NULL);
+        /* The public index keeps its files on another host. */
+        CHECK(cfg->pip.hosts.n == 2);
+        if (cfg->pip.hosts.n == 2) {
+                CHECK_STREQ(cfg->pip.hosts.rules[0].host, "pypi.org");
+                CHECK_STREQ(cfg->pip.hosts.rules[1].host, "files.pythonhosted.org");
+        }
+        CHECK(cfg->fetch.max_redirects == 5 && cfg->fetch.max_bytes == 100ULL << 20);
+        cage_config_free(cfg);
+}
+
+TEST(network_sections_are_validated)
+{
+        char msg[CAGE_ERROR_MESSAGE_MAX];
+        struct cage_config *cfg = NULL;
+        CHECK(parse("{\"network\": {\"allow\": [\"*.example.com\", \"10.0.0.0/8:8080\"], "
+                    "\"allow_private\": [\"127.0.0.1/32\"], \"max_connections\": 2}, "
+                    "\"pip\": {\"index_url\": \"http://mirror.internal:3141/simple\"}}",
+                    &cfg, msg) == 0);
+        if (cfg) {
+                CHECK(cfg->network.allow.n == 2 && cfg->network.max_connections == 2);
+                CHECK_STREQ(cfg->pip.trusted_host, "mirror.internal:3141");
+                CHECK(cfg->pip.hosts.n == 1 && cfg->pip.hosts.rules[0].port == 3141);
+                cage_config_free(cfg);
+        }
+        CHECK(refused_naming("{\"network\": {\"allow\": [\"*.\"]}}", "network.allow[0]", NULL));
+        CHECK(refused_naming("{\"network\": {\"allow\": \"*\"}}", "network.allow", NULL));
+        CHECK(refused_naming("{\"network\": {\"allow_private\": [\"example.com\"]}}",
+                             "network.allow_private[0]", NULL));
+        CHECK(refused_naming("{\"network\": {\"allow_private\": [\"10.0.0.0/8:80\"]}}",
+                             "network.allow_private[0]", NULL));
+        CHECK(refused_naming("{\"network\": {\"max_connections\": 0}}", "network.max_connections",
+                             NULL));
+        CHECK(refused_naming("{\"network\": {\"proxy\": 1}}", "network.proxy", NULL));
+        CHECK(refused_naming("{\"pip\": {\"index_url\": \"ftp://x/simple\"}}", "pip.index_url",
+                             NULL));
+        CHECK(refused_naming("{\"pip\": {\"index_url\": \"https://u:p@x/simple\"}}",
+                             "pip.index_url", NULL));
+        CHECK(refused_naming("{\"fetch\": {\"max_redirects\": 21}}", "fetch.max_redirects", NULL));
+}
+
 RUN_TESTS(T(defaults_are_secure_and_valid), T(a_full_config_loads_from_a_file),
           T(unknown_keys_are_errors_naming_the_key), T(parse_errors_never_quote_secret_values),
           T(limits_and_defaults_are_range_checked), T(tenants_are_validated), T(token_lookup),
           T(listen_refuses_open_addresses_without_tokens), T(secrets_are_resolved_at_load),
           T(env_allowlist_is_validated), T(mount_allowlist), T(config_files_are_bounded),
-          T(redactor_covers_secrets_and_tokens))
+          T(redactor_covers_secrets_and_tokens),
+          T(network_defaults_allow_names_not_private_addresses), T(network_sections_are_validated))
