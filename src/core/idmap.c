@@ -3,7 +3,7 @@
  * The idmapping is a user namespace whose uid_map reads "O HOSTUID 1": an
  * on-disk owner O is treated as id O inside it and shown as HOSTUID (the
  * sandbox user's host uid); writes by HOSTUID are stored as O. The namespace
- * is made by a short-lived child that only waits to be killed. */
+ * is made by a short-lived child that only waits to be killed (and is). */
 #include "idmap.h"
 
 #include <errno.h>
@@ -11,6 +11,7 @@
 #include <linux/mount.h>
 #include <linux/sched.h>
 #include <sched.h>
+#include <sys/prctl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <sys/stat.h>
@@ -30,21 +31,27 @@ static int write_map(pid_t pid, const char *file, unsigned inside, unsigned outs
         return write_file_at(AT_FDCWD, path, map);
 }
 
+/* The child that holds the namespace: it only waits to be killed. It
+ * shares no fd table with us (no CLONE_FILES), so waiting for a pipe's end
+ * of file would hang whenever another thread's child inherited that pipe:
+ * it is killed instead, and dies with us if we die first. */
+static void hold_namespace(pid_t parent)
+{
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+                _exit(0);
+        for (;;)
+                pause();
+}
+
 /* A user namespace mapping O→host_uid and G→host_gid, as an fd. */
 static int idmap_userns(uid_t owner, gid_t group, uid_t host_uid, gid_t host_gid)
 {
-        int hold[2];
-        if (pipe2(hold, O_CLOEXEC) < 0)
-                return -errno;
+        pid_t parent = getpid();
         struct clone_args args = {.flags = CLONE_NEWUSER, .exit_signal = SIGCHLD};
         long pid = syscall(SYS_clone3, &args, sizeof(args));
-        if (pid == 0) {
-                char c;
-                close(hold[1]);
-                (void)!read(hold[0], &c, 1); /* returns when the parent closes */
-                _exit(0);
-        }
-        close(hold[0]);
+        if (pid == 0)
+                hold_namespace(parent);
         int r = pid < 0 ? -errno : 0;
         if (r == 0)
                 r = write_map((pid_t)pid, "uid_map", owner, host_uid);
@@ -58,10 +65,11 @@ static int idmap_userns(uid_t owner, gid_t group, uid_t host_uid, gid_t host_gid
                 if (fd < 0)
                         r = -errno;
         }
-        close(hold[1]);
-        if (pid > 0)
+        if (pid > 0) {
+                kill((pid_t)pid, SIGKILL);
                 while (waitpid((pid_t)pid, NULL, 0) < 0 && errno == EINTR)
                         ;
+        }
         return r < 0 ? r : fd;
 }
 
