@@ -51,8 +51,10 @@ def free_port():
 class Server:
     """`codecage serve --config` with a config written for the test."""
 
-    def __init__(self, tmp, tenants=None, extra=None, env=None, build=BUILD, unix=True):
+    def __init__(self, tmp, tenants=None, extra=None, env=None, build=BUILD, unix=True,
+                 prefix=None):
         self.tmp = tmp
+        self.prefix = list(prefix or [])  # argv put in front of the codecage command
         self.build = build
         self.unix = unix  # the transport request() uses unless told otherwise
         self.port = free_port()
@@ -78,7 +80,8 @@ class Server:
     def start(self):
         self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [str(self.build / "codecage"), "serve", "--config", str(self.config_path)],
+            [*self.prefix, str(self.build / "codecage"), "serve", "--config",
+             str(self.config_path)],
             stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log, env=self.env)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:

@@ -191,7 +191,8 @@ static int run_pip(struct cage_service *svc, const struct svc_spec *user, const 
 
 static json_t *failure_doc(struct cage_service *svc, struct cage_result *res)
 {
-        json_t *doc = svc_result_json(svc, res, json_array());
+        json_auto_t *none = json_array();
+        json_t *doc = svc_result_json(svc, res, none);
         if (!doc)
                 return NULL;
         if (res->status == CAGE_STATUS_OK || res->status == CAGE_STATUS_ERROR) {
