@@ -44,6 +44,7 @@
 #define HELLO_MAX        (16384 + 5)
 #define LISTEN_BACKLOG   64
 #define REASON_BYTES     640
+#define ACCEPT_BATCH     32
 
 /* Protections the unsafe debug build can switch off (CODECAGE_DEBUG_DISABLE),
  * so the security suite can show each one is what stops its attack. */
@@ -609,6 +610,14 @@ static int read_response_head(struct egress_conn *c, struct http_state *h, bool 
         }
 }
 
+/* Whether a kept-alive origin connection is still open and quiet: an
+ * origin that closed it (or sent something unasked) is not reused. */
+static bool upstream_idle(int fd)
+{
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        return poll(&p, 1, 0) == 0;
+}
+
 /* Makes sure c->upstream is a checked connection to req's host and port:
  * the policy is decided for every request, the connection reused only for
  * the same destination. */
@@ -627,7 +636,8 @@ static int http_upstream(struct egress_conn *c, struct http_state *h,
                 *status = r == -EPERM ? 403 : 502;
                 return r;
         }
-        if (c->upstream >= 0 && h->up_port == req->port && strcmp(h->up_host, t.decision.host) == 0)
+        if (c->upstream >= 0 && h->up_port == req->port &&
+            strcmp(h->up_host, t.decision.host) == 0 && upstream_idle(c->upstream))
                 return 0;
         int fd = egress_connect(&t, eg->cfg->connect_timeout_s * 1000u, &h->addr_index);
         if (fd < 0) {
@@ -937,10 +947,12 @@ static void *conn_main(void *arg)
 
 /* ---- accepting -------------------------------------------------------------------- */
 
+/* On the acceptor thread: the answer must never block (a new socket's
+ * send buffer takes the short 403 whole). */
 static void refuse_client(struct egress_sandbox *s, int fd, const char *reason)
 {
         struct egress_conn tmp = {.sbx = s, .client = fd, .upstream = -1};
-        set_timeouts(fd, 1);
+        fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
         audit_deny(s, "connect", "", 0, reason);
         reply_error(&tmp, 403, reason);
         close(fd);
@@ -979,10 +991,12 @@ static struct egress_conn *admit_locked(struct egress_sandbox *s, int fd, const 
         return c;
 }
 
+/* Accepts what is pending, at most ACCEPT_BATCH at a time so that one
+ * sandbox cannot keep the acceptor to itself (epoll reports the rest). */
 static void accept_clients(struct egress_sandbox *s)
 {
         struct cage_egress *eg = s->eg;
-        for (;;) {
+        for (int i = 0; i < ACCEPT_BATCH; i++) {
                 int fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC);
                 if (fd < 0)
                         return;
@@ -1010,26 +1024,36 @@ static void *acceptor_main(void *arg)
         struct cage_egress *eg = arg;
         for (;;) {
                 struct epoll_event evs[16];
+                struct egress_sandbox *held[16];
                 int n = epoll_wait(eg->epfd, evs, 16, -1);
                 if (n < 0 && errno != EINTR)
                         break;
                 pthread_mutex_lock(&eg->lock);
                 bool stop = eg->stop;
+                /* A reference on every sandbox of the batch first: tearing
+                 * one down must not free it under a later event of the
+                 * same batch. */
+                for (int i = 0; i < n; i++) {
+                        struct watch *w = evs[i].data.ptr;
+                        held[i] = w ? w->sbx : NULL;
+                        if (held[i])
+                                held[i]->refs++;
+                }
                 for (int i = 0; i < n && !stop; i++) {
                         struct watch *w = evs[i].data.ptr;
-                        if (!w)
-                                continue; /* the wake-up eventfd */
-                        struct egress_sandbox *s = w->sbx;
+                        if (!w || w->sbx->closed)
+                                continue; /* the wake-up eventfd, or gone already */
                         if (w->kind == WATCH_PID) {
-                                teardown_locked(s);
-                        } else if (!s->closed) {
-                                s->refs++;
-                                pthread_mutex_unlock(&eg->lock);
-                                accept_clients(s);
-                                pthread_mutex_lock(&eg->lock);
-                                sandbox_unref_locked(s);
+                                teardown_locked(w->sbx);
+                                continue;
                         }
+                        pthread_mutex_unlock(&eg->lock);
+                        accept_clients(w->sbx);
+                        pthread_mutex_lock(&eg->lock);
                 }
+                for (int i = 0; i < n; i++)
+                        if (held[i])
+                                sandbox_unref_locked(held[i]);
                 pthread_mutex_unlock(&eg->lock);
                 if (stop)
                         break;
