@@ -169,7 +169,9 @@ static int run_pip(struct cage_service *svc, const struct svc_spec *user, const 
         struct svc_spec *ispec = NULL;
         struct cage_box *box = NULL;
         _cleanup_free_ char **argv = pip_argv(svc->cfg, user->requirements);
-        static char *const env[] = {"HOME=/tmp", NULL};
+        /* No NO_PROXY: an index on 127.0.0.1 is the host's (through the
+         * proxy), not the install sandbox's own loopback. */
+        static char *const env[] = {"HOME=/tmp", "NO_PROXY=", "no_proxy=", NULL};
         if (!argv)
                 return cage_fail(err, -ENOMEM, "requirements");
         int r = install_spec(svc, user, &ispec, err);

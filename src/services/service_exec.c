@@ -453,6 +453,12 @@ int svc_put_files(struct cage_service *svc, const char *tenant, json_t *labels, 
                         return cage_fail(err, w, "files[%zu]: %s", i, ferr.message);
                 if (r < 0)
                         return r;
+                const char *url = json_string_value(json_object_get(f, "url"));
+                json_t *fields = json_pack("{s:s, s:I, s:s}", "path", path, "size", (json_int_t)len,
+                                           "source", url ? "url" : "inline");
+                if (fields && url)
+                        json_object_set_new(fields, "url", json_string(url));
+                svc_audit(svc, CAGE_AUDIT_FILE_WRITE, tenant, NULL, labels, fields);
         }
         return r;
 }

@@ -592,6 +592,9 @@ def test_files_by_url_arrive_in_the_workspace(server, world, route):
     assert len(seen) == 1 and netlib.host_only(seen[0]["host"]) == "allowed.test", seen
     recs = _wait_records(server, 1, event="network.allow", kind="fetch", host="allowed.test")
     assert recs and all(x["port"] == world.P and x["address"] == "127.0.0.1" for x in recs), recs
+    writes = [x for x in server.audit_records()
+              if x["event"] == "file.write" and x.get("url") == url]
+    assert writes and writes[0]["source"] == "url" and writes[0]["path"] == "data/x.txt", writes
 
 
 @pytest.mark.parametrize("route", ROUTES)

@@ -257,3 +257,18 @@ def test_mcp_run_python_with_requirements(server):
     assert not res.get("isError"), res
     assert res["structuredContent"]["return_value"] == "cagezeta-1.0", res
     assert res["structuredContent"]["requirements"]["cached"] is False, res
+
+
+def test_an_index_on_the_hosts_loopback_address(world, index, tmp_path):
+    """An index named by IP (a mirror on the host, http://127.0.0.1:PORT):
+    inside the install sandbox 127.0.0.1 is its own loopback, so the install
+    must still go through the proxy (no NO_PROXY there), which reaches the
+    host's address because allow_private holds it."""
+    s = world.server(tmp_path, allow=world.server_allow(),
+                     pip={"index_url": index.url("127.0.0.1"), "timeout_s": 120})
+    try:
+        r = python(s, "import cagetheta\ncagetheta.VALUE", ["cagetheta==1.0"])
+        assert r["status"] == "ok", r
+        assert r["return_value"] == "cagetheta-1.0", r
+    finally:
+        s.stop()
