@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 import uuid
 from pathlib import Path
 
@@ -111,3 +112,13 @@ def leftover_cgroups():
     if unified.is_dir():
         found += [p for p in unified.iterdir() if p.is_dir() and p.name.startswith("run-")]
     return found
+
+
+def wait_until(predicate, timeout=5.0, step=0.05):
+    """predicate's first truthy value within timeout (else its last value)."""
+    end = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() >= end:
+            return value
+        time.sleep(step)

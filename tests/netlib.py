@@ -41,6 +41,8 @@ import urllib.parse
 import zipfile
 from pathlib import Path
 
+from conftest import wait_until  # noqa: F401 (the suites call netlib.wait_until)
+
 PROXY = "http://127.0.0.1:3128"
 PROXY_VARS = ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"]
 NO_PROXY = "localhost,127.0.0.1,::1"
@@ -599,16 +601,6 @@ def make_world(tmp_path_factory):
     for tool in ("unshare", "openssl", "curl"):
         assert shutil.which(tool), f"{tool} is missing: scripts/deps.sh installs it"
     return World(tmp_path_factory.mktemp("egress-world"))
-
-
-def wait_for(predicate, timeout=5.0, step=0.05):
-    """predicate's first truthy value within timeout (else its last value)."""
-    end = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value or time.monotonic() >= end:
-            return value
-        time.sleep(step)
 
 
 def audit_network(server, event=None, **match):

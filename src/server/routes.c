@@ -16,6 +16,7 @@
 #include "server/http.h"
 #include "util/cleanup.h"
 #include "util/error.h"
+#include "util/hex.h"
 
 struct route {
         const char *method;
@@ -73,17 +74,6 @@ bool http_name_is_valid(const char *s)
         return true;
 }
 
-static int hex_value(char c)
-{
-        if (c >= '0' && c <= '9')
-                return c - '0';
-        if (c >= 'a' && c <= 'f')
-                return c - 'a' + 10;
-        if (c >= 'A' && c <= 'F')
-                return c - 'A' + 10;
-        return -1;
-}
-
 int http_decode(const char *s, size_t len, bool plus_is_space, char **ret)
 {
         _cleanup_free_ char *out = malloc(len + 1);
@@ -93,8 +83,8 @@ int http_decode(const char *s, size_t len, bool plus_is_space, char **ret)
         for (size_t i = 0; i < len; i++) {
                 char c = s[i];
                 if (c == '%') {
-                        int hi = i + 2 < len ? hex_value(s[i + 1]) : -1;
-                        int lo = i + 2 < len ? hex_value(s[i + 2]) : -1;
+                        int hi = i + 2 < len ? hex_digit_value((unsigned char)s[i + 1]) : -1;
+                        int lo = i + 2 < len ? hex_digit_value((unsigned char)s[i + 2]) : -1;
                         if (hi < 0 || lo < 0)
                                 return -EINVAL;
                         c = (char)(hi << 4 | lo);

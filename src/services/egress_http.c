@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "util/cleanup.h"
+#include "util/hex.h"
 
 #define CHUNK_LINE_MAX     4096                 /* bytes of a size or trailer line */
 #define CHUNK_SIZE_MAX     (UINT64_C(1) << 62)  /* largest chunk accepted */
@@ -77,17 +78,6 @@ static bool is_reg_name(const char *s, size_t n)
                 if (!is_host_char((unsigned char)s[i]))
                         return false;
         return true;
-}
-
-static int hex_value(unsigned char c)
-{
-        if (is_digit(c))
-                return c - '0';
-        if (c >= 'a' && c <= 'f')
-                return c - 'a' + 10;
-        if (c >= 'A' && c <= 'F')
-                return c - 'A' + 10;
-        return -1;
 }
 
 static bool is_token(const char *s, size_t n)
@@ -381,7 +371,7 @@ static int parse_ip_literal(const char *a, size_t n, const char **ret_host, size
         if (!memchr(a + 1, ':', len))
                 return fail(why, -EINVAL, "the host in brackets is not an IPv6 address");
         for (size_t i = 1; i <= len; i++)
-                if (hex_value((unsigned char)a[i]) < 0 && a[i] != ':' && a[i] != '.')
+                if (hex_digit_value((unsigned char)a[i]) < 0 && a[i] != ':' && a[i] != '.')
                         return fail(why, -EINVAL, "the host in brackets is not an IPv6 address");
         *ret_host = a + 1;
         *ret_len = len;
@@ -831,7 +821,7 @@ static bool line_byte(struct egress_chunked *c)
 
 static int size_byte(struct egress_chunked *c, unsigned char b)
 {
-        int d = hex_value(b);
+        int d = hex_digit_value(b);
 
         if (d >= 0) {
                 if (c->remaining > (CHUNK_SIZE_MAX - (uint64_t)d) >> 4)

@@ -21,16 +21,7 @@
 #include <strings.h>
 
 #include "services/egress_http.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define FUZZ_CHECK(cond)                                                                           \
-        do {                                                                                       \
-                if (!(cond)) {                                                                     \
-                        fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);   \
-                        abort();                                                                   \
-                }                                                                                  \
-        } while (0)
+#include "fuzz.h"
 
 #define SPLITS_MAX 256 /* two-piece splits tried: at every position of this prefix */
 

@@ -22,16 +22,7 @@
 #include <string.h>
 
 #include "services/egress_policy.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define FUZZ_CHECK(cond)                                                                           \
-        do {                                                                                       \
-                if (!(cond)) {                                                                     \
-                        fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);   \
-                        abort();                                                                   \
-                }                                                                                  \
-        } while (0)
+#include "fuzz.h"
 
 #define INPUT_MAX 4096 /* bytes used as a host or entry; the SNI reader gets all */
 

@@ -15,16 +15,7 @@
 #include <string.h>
 
 #include "core/output.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define FUZZ_CHECK(cond)                                                                           \
-        do {                                                                                       \
-                if (!(cond)) {                                                                     \
-                        fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);   \
-                        abort();                                                                   \
-                }                                                                                  \
-        } while (0)
+#include "fuzz.h"
 
 #define FFFD 0xfffdu
 

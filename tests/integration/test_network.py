@@ -376,7 +376,7 @@ def test_redirects_are_returned_not_followed(server, world):
 
 
 def _wait_records(server, count, **match):
-    return netlib.wait_for(lambda: len(netlib.audit_network(server, **match)) >= count
+    return netlib.wait_until(lambda: len(netlib.audit_network(server, **match)) >= count
                            and netlib.audit_network(server, **match), timeout=5)
 
 

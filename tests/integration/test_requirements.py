@@ -107,7 +107,7 @@ def test_install_import_and_cache_in_run_python(server, index):
     assert r2["cached"] is True, r2
     assert index.download_count("cagealpha") == 1, "the cached layer was downloaded again"
     # the install's traffic went through the egress proxy and was audited
-    recs = netlib.wait_for(lambda: netlib.audit_network(server, event="network.allow",
+    recs = netlib.wait_until(lambda: netlib.audit_network(server, event="network.allow",
                                                         host="pypi.test"))
     assert recs and all(x["port"] == index.port for x in recs), netlib.audit_network(server)
     print(f"\nrequirements: install {r1['duration_ms']} ms, cached {r2['duration_ms']} ms "

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PROBE_TARGET, leftover_cgroups
+from conftest import PROBE_TARGET, leftover_cgroups, wait_until  # noqa: F401 (re-exported)
 
 PY = "/usr/bin/python3"
 # With the host root bound (--debug-disable rootfs) /opt is a read-only
@@ -168,10 +168,3 @@ def cgroups_of(pid):
     return [p for p in leftover_cgroups() if p.name.startswith(f"run-{pid}-")]
 
 
-def wait_until(predicate, timeout=5.0, step=0.05):
-    end = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value or time.monotonic() >= end:
-            return value
-        time.sleep(step)
