@@ -205,9 +205,11 @@ static int prepare(struct cage_box *box, struct start_state *st, struct cage_err
         return make_start_fds(st, err);
 }
 
+/* EPIPE: the child failed a launch step and exited; wait_launched() reads
+ * its report, which names the step. */
 static int send_sync(struct start_state *st, char what, struct cage_error *err)
 {
-        if (write_all(st->sync_w, &what, 1) < 0)
+        if (write_all(st->sync_w, &what, 1) < 0 && errno != EPIPE)
                 return cage_fail(err, -errno, "waking the sandbox");
         return 0;
 }

@@ -207,9 +207,12 @@ static int prepare(struct run_state *st, struct cage_error *err)
         return make_pipes(st, err);
 }
 
+/* A child that already failed a launch step has exited and closed its end
+ * (EPIPE): that is no error of ours, its report on the report pipe says
+ * which step failed, and the watch loop reads it. */
 static int send_sync(struct run_state *st, char what, struct cage_error *err)
 {
-        if (write_all(st->sync_w, &what, 1) < 0)
+        if (write_all(st->sync_w, &what, 1) < 0 && errno != EPIPE)
                 return cage_fail(err, -errno, "waking the sandbox");
         return 0;
 }
