@@ -701,10 +701,8 @@ static bool http_exchange(struct egress_conn *c, struct http_state *h,
                 return false;
         }
         if (r < 0) {
-                struct egress_target t = h->target;
+                struct egress_target t = {.port = req->port}; /* no address was used */
                 snprintf(t.decision.host, sizeof(t.decision.host), "%.253s", req->host);
-                t.port = req->port;
-                t.n_addrs = 0;
                 x.t = &t;
                 x.error = reason;
                 audit_allow(c, &x);
