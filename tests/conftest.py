@@ -122,3 +122,25 @@ def wait_until(predicate, timeout=5.0, step=0.05):
         if value or time.monotonic() >= end:
             return value
         time.sleep(step)
+
+
+def last_json(text):
+    """The last line of text that is a JSON object (a probe's answer), or None."""
+    for line in reversed((text or "").splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except ValueError:
+                continue
+    return None
+
+
+@pytest.fixture(scope="session")
+def world(tmp_path_factory):
+    """The network suites' test world (tests/netlib.py): origin servers on
+    127.0.0.x, a TLS certificate, a hosts file; one for the whole session."""
+    import netlib  # netlib imports this module
+    w = netlib.make_world(tmp_path_factory)
+    yield w
+    w.close()

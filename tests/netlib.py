@@ -41,7 +41,7 @@ import urllib.parse
 import zipfile
 from pathlib import Path
 
-from conftest import wait_until  # noqa: F401 (the suites call netlib.wait_until)
+from conftest import last_json, wait_until  # noqa: F401 (the suites call them through netlib)
 
 PROXY = "http://127.0.0.1:3128"
 PROXY_VARS = ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"]
@@ -507,17 +507,6 @@ def results_of(result):
     doc = last_json(result.get("stdout", ""))
     assert doc and "results" in doc, result
     return doc["results"]
-
-
-def last_json(text):
-    for line in reversed((text or "").splitlines()):
-        line = line.strip()
-        if line.startswith("{"):
-            try:
-                return json.loads(line)
-            except ValueError:
-                continue
-    return None
 
 
 # --- config and the shared world of a test session --------------------------

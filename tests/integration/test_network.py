@@ -23,13 +23,6 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the server's sandboxe
 RUN_TIMEOUT = 20  # timeout_s of every sandbox run here
 
 
-@pytest.fixture(scope="session")
-def world(tmp_path_factory):
-    w = netlib.make_world(tmp_path_factory)
-    yield w
-    w.close()
-
-
 @pytest.fixture(scope="module")
 def server(world, tmp_path_factory):
     """The suite's server: every test name allowed on the origins' ports,

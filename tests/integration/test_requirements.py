@@ -24,13 +24,6 @@ PACKAGES = ["cagealpha", "cagebeta", "cagegamma", "cagedelta", "cageeps", "cagez
             "cagetheta"]
 
 
-@pytest.fixture(scope="session")
-def world(tmp_path_factory):
-    w = netlib.make_world(tmp_path_factory)
-    yield w
-    w.close()
-
-
 @pytest.fixture(scope="module")
 def index(tmp_path_factory):
     wheels = tmp_path_factory.mktemp("wheels")

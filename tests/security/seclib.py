@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PROBE_TARGET, leftover_cgroups, wait_until  # noqa: F401 (re-exported)
+from conftest import PROBE_TARGET, last_json, leftover_cgroups, wait_until  # noqa: F401 (re-exported)
 
 PY = "/usr/bin/python3"
 # With the host root bound (--debug-disable rootfs) /opt is a read-only
@@ -111,17 +111,6 @@ def expect(target, succeeded, detail=""):
     else:
         assert succeeded, (f"attack failed even with {target.disable} switched off, so the "
                            f"test does not show that protection is what stops it: {detail}")
-
-
-def last_json(text):
-    for line in reversed(text.splitlines()):
-        line = line.strip()
-        if line.startswith("{"):
-            try:
-                return json.loads(line)
-            except ValueError:
-                continue
-    return None
 
 
 def host_processes_with(marker):

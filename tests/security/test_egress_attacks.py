@@ -24,13 +24,6 @@ from netlib import CA_PATH, connect, get, marker, raw_argv, results_of
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the server's sandboxes need root")
 
 
-@pytest.fixture(scope="session")
-def world(tmp_path_factory):
-    w = netlib.make_world(tmp_path_factory)
-    yield w
-    w.close()
-
-
 def egress_pair(switch):
     return pytest.mark.parametrize("disable", [
         pytest.param(None, id="protected"),
