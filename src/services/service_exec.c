@@ -401,7 +401,8 @@ int svc_check_files(const json_t *in, struct cage_error *err)
         return 0;
 }
 
-/* The bytes of one entry: decoded content, or the URL's body. */
+/* The bytes of one entry: decoded content, or the URL's body. *owned:
+ * *data is malloc'ed (possibly even on failure: free it). */
 static int file_bytes(struct cage_service *svc, const char *tenant, json_t *labels, const json_t *f,
                       size_t i, void **data, size_t *len, bool *owned, const char **path,
                       struct cage_error *err)
@@ -409,12 +410,11 @@ static int file_bytes(struct cage_service *svc, const char *tenant, json_t *labe
         const char *content, *enc, *url;
         size_t clen;
         int r = file_entry(f, i, path, &content, &clen, &enc, &url, err);
-        *owned = false;
         if (r < 0)
                 return r;
-        char field[32];
-        snprintf(field, sizeof(field), "files[%zu].url", i);
         if (url) {
+                char field[32];
+                snprintf(field, sizeof(field), "files[%zu].url", i);
                 *owned = true;
                 return svc_fetch_url(svc, tenant, labels, url, field, data, len, err);
         }
@@ -429,11 +429,11 @@ static int file_bytes(struct cage_service *svc, const char *tenant, json_t *labe
         return 0;
 }
 
-/* Writes the request's files into the workspace. */
+/* Writes the request's files into the workspace; the caller checked the
+ * list with svc_check_files() before anything was started. */
 int svc_put_files(struct cage_service *svc, const char *tenant, json_t *labels, const json_t *in,
                   int ws, struct cage_error *err)
 {
-        int r = svc_check_files(in, err);
         const json_t *files = json_object_get(in, "files");
         size_t i;
         const json_t *f;
@@ -441,18 +441,17 @@ int svc_put_files(struct cage_service *svc, const char *tenant, json_t *labels, 
         {
                 void *data = NULL;
                 size_t len = 0;
-                bool owned;
-                const char *path;
-                if (r == 0)
-                        r = file_bytes(svc, tenant, labels, f, i, &data, &len, &owned, &path, err);
+                bool owned = false;
+                const char *path = NULL;
+                int r = file_bytes(svc, tenant, labels, f, i, &data, &len, &owned, &path, err);
                 struct cage_error ferr = {0};
                 int w = r == 0 ? cage_files_write(ws, path, data, len, &ferr) : 0;
                 if (owned)
                         free(data);
-                if (w < 0)
-                        return cage_fail(err, w, "files[%zu]: %s", i, ferr.message);
                 if (r < 0)
                         return r;
+                if (w < 0)
+                        return cage_fail(err, w, "files[%zu]: %s", i, ferr.message);
                 const char *url = json_string_value(json_object_get(f, "url"));
                 json_t *fields = json_pack("{s:s, s:I, s:s}", "path", path, "size", (json_int_t)len,
                                            "source", url ? "url" : "inline");
@@ -460,7 +459,7 @@ int svc_put_files(struct cage_service *svc, const char *tenant, json_t *labels, 
                         json_object_set_new(fields, "url", json_string(url));
                 svc_audit(svc, CAGE_AUDIT_FILE_WRITE, tenant, NULL, labels, fields);
         }
-        return r;
+        return 0;
 }
 
 /* The scratch tmpfs of a one-shot sandbox belongs to its user namespace,
