@@ -41,6 +41,7 @@
 #include "userns.h"
 #include "util/cleanup.h"
 #include "util/error.h"
+#include "util/debug_pause.h"
 #include "util/fdutil.h"
 
 #define START_TIMEOUT_MS 10000
@@ -365,10 +366,12 @@ struct cage_box *cage_box_destroy(struct cage_box *box)
         if (!box)
                 return NULL;
         cage_box_kill(box);
+        debug_pause_point("box-killed");
         pthread_mutex_lock(&box->lock);
         reap_locked(box, true);
         pthread_mutex_unlock(&box->lock);
         cage_cgroup_destroy(box->cg);
+        debug_pause_point("box-cgroup-removed");
         close_fd(&box->pidfd);
         close_fd(&box->ctl_fd);
         cage_id_slot_release(&box->slot);

@@ -429,11 +429,10 @@ static uint64_t oom_kills_now(struct cage_box *box)
         return s.oom_kills;
 }
 
-static void judge_exit(struct exec_state *st, struct cage_result *res, bool oom)
+static void judge_exit(struct exec_state *st, struct cage_result *res, uint64_t oom_kills)
 {
         verdict_from_wait_status(res, st->wait_status);
-        if (res->status == CAGE_STATUS_ERROR && oom)
-                verdict_oom(res, st->box->memory_bytes);
+        verdict_oom_if_killed(res, oom_kills, st->box->memory_bytes);
         if (st->exec_failed && res->status == CAGE_STATUS_ERROR)
                 snprintf(res->reason, sizeof(res->reason), "cannot run \"%s\": %s", st->ex->argv[0],
                          strerror(st->fail_errno));
@@ -441,7 +440,8 @@ static void judge_exit(struct exec_state *st, struct cage_result *res, bool oom)
 
 static void judge(struct exec_state *st, struct cage_result *res)
 {
-        bool oom = oom_kills_now(st->box) > st->oom_before;
+        uint64_t now = oom_kills_now(st->box);
+        uint64_t oom_kills = now > st->oom_before ? now - st->oom_before : 0;
         res->exit_code = -1;
         if (st->setup_failed) {
                 res->status = CAGE_STATUS_INTERNAL_ERROR;
@@ -456,8 +456,8 @@ static void judge(struct exec_state *st, struct cage_result *res)
         } else if (st->flooded) {
                 verdict_output_limit(res, st->ex->output_stop_bytes);
         } else if (st->exited) {
-                judge_exit(st, res, oom);
-        } else if (oom) {
+                judge_exit(st, res, oom_kills);
+        } else if (oom_kills) {
                 verdict_oom(res, st->box->memory_bytes);
         } else if (st->box->killed) {
                 verdict_set(res, CAGE_STATUS_CANCELLED, "the sandbox was stopped");

@@ -12,6 +12,7 @@
  * syscalls. */
 #include "core/cgroup.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -28,6 +29,7 @@
 #include <unistd.h>
 
 #include "util/cleanup.h"
+#include "util/debug_pause.h"
 #include "util/error.h"
 #include "util/fdutil.h"
 
@@ -47,6 +49,8 @@
 #define BACKOFF_MIN_NS    (50 * NSEC_PER_USEC)
 #define BACKOFF_MAX_NS    (5 * NSEC_PER_MSEC)
 #define RMDIR_TRIES       10
+#define KILL_GRACE_NS     (20 * NSEC_PER_MSEC)
+#define OOM_TREE_DEPTH    2
 
 /* v1 hierarchies, in creation order. v2 uses slot 0 only. */
 enum hier {
@@ -80,6 +84,8 @@ struct cage_cgroup {
         bool has_memory, has_pids, has_cpu; /* v2 controllers */
         char base[256];                     /* v1_root or v2_parent */
         char name[GROUP_NAME_MAX + 1];
+        struct cage_cgroup *parent; /* a sub-group's parent, which outlives it */
+        uint64_t retired_oom_kills; /* v1: OOM kills counted in removed sub-groups */
 };
 
 const char *cgroup_backend_to_string(enum cgroup_backend b)
@@ -733,8 +739,8 @@ int cage_cgroup_create(const struct cgroup_host *host, const char *name,
  * v2, no controllers: the parent keeps none enabled for its subtree, so its
  * own processes may stay in it. It serves to kill and account for one part
  * of the tree. */
-int cage_cgroup_create_child(const struct cage_cgroup *parent, const char *leaf,
-                             struct cage_cgroup **ret, struct cage_error *err)
+int cage_cgroup_create_child(struct cage_cgroup *parent, const char *leaf, struct cage_cgroup **ret,
+                             struct cage_error *err)
 {
         if (!name_valid(leaf) || strlen(parent->name) + 1 + strlen(leaf) > GROUP_NAME_MAX)
                 return cage_fail(err, -EINVAL, "invalid cgroup name \"%s\"", leaf ? leaf : "");
@@ -742,6 +748,7 @@ int cage_cgroup_create_child(const struct cage_cgroup *parent, const char *leaf,
         if (!cg)
                 return cage_fail(err, -ENOMEM, "allocate cgroup");
         cg->backend = parent->backend;
+        cg->parent = parent;
         memcpy(cg->base, parent->base, sizeof(cg->base));
         int n = snprintf(cg->name, sizeof(cg->name), "%.*s/%s", GROUP_NAME_MAX, parent->name, leaf);
         int r = n < 0 || (size_t)n >= sizeof(cg->name) ? -ENAMETOOLONG : 0;
@@ -834,6 +841,36 @@ static int stats_v2(struct cage_cgroup *cg, struct cgroup_stats *ret)
         return keep_first(r, read_keyed_at(fd, "memory.events", "oom_kill", &ret->oom_kills));
 }
 
+/* v1 counts an OOM kill only in the victim's own memory group, where v2
+ * counts it in every ancestor too. So a group's v1 count is its subtree's
+ * (one level per exec, bounded) plus what removed sub-groups had counted:
+ * a sandbox then sees the OOM kills of all its execs, as on v2. */
+static uint64_t oom_kills_v1_tree(int dirfd, int depth)
+{
+        uint64_t total = 0;
+        (void)read_keyed_at(dirfd, "memory.oom_control", "oom_kill", &total);
+        if (depth >= OOM_TREE_DEPTH)
+                return total;
+        int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+        if (!d) {
+                if (fd >= 0)
+                        close(fd);
+                return total;
+        }
+        struct dirent *de;
+        while ((de = readdir(d))) {
+                if (de->d_type != DT_DIR || de->d_name[0] == '.')
+                        continue;
+                _cleanup_close_ int sub =
+                        openat(dirfd, de->d_name, O_PATH | O_DIRECTORY | O_CLOEXEC);
+                if (sub >= 0)
+                        total += oom_kills_v1_tree(sub, depth + 1);
+        }
+        closedir(d);
+        return total;
+}
+
 static int stats_v1(struct cage_cgroup *cg, struct cgroup_stats *ret)
 {
         int r = 0;
@@ -844,7 +881,9 @@ static int stats_v1(struct cage_cgroup *cg, struct cgroup_stats *ret)
                 return r;
         (void)read_u64_at(fd, "memory.usage_in_bytes", &ret->memory_bytes);
         r = keep_first(r, read_u64_at(fd, "memory.max_usage_in_bytes", &ret->peak_memory_bytes));
-        return keep_first(r, read_keyed_at(fd, "memory.oom_control", "oom_kill", &ret->oom_kills));
+        ret->oom_kills = oom_kills_v1_tree(fd, 0) +
+                         __atomic_load_n(&cg->retired_oom_kills, __ATOMIC_RELAXED);
+        return r;
 }
 
 int cage_cgroup_stats(struct cage_cgroup *cg, struct cgroup_stats *ret)
@@ -917,31 +956,49 @@ static int wait_frozen(int dirfd, uint64_t deadline)
         }
 }
 
-/* Freeze so nothing can fork while we kill, SIGKILL all, thaw so the
- * signals are delivered, then reap-wait until the group is empty. */
-static int kill_v1(struct cage_cgroup *cg)
+/* The directory whose cgroup.procs lists the group's processes. */
+static int procs_dir_v1(const struct cage_cgroup *cg)
 {
         static const int order[] = {HIER_FREEZER, HIER_PIDS, HIER_MEMORY, HIER_CPU, HIER_CPUACCT};
-        int procs = -1;
-        for (size_t i = 0; i < ELEMENTSOF(order) && procs < 0; i++)
+        for (size_t i = 0; i < ELEMENTSOF(order); i++)
                 if (cg->fd[order[i]] >= 0)
-                        procs = cg->fd[order[i]];
+                        return cg->fd[order[i]];
+        return -1;
+}
+
+/* Freeze so nothing can fork while we kill, SIGKILL all, thaw at once so
+ * the signals are delivered. A supervisor that dies between the freeze and
+ * the thaw leaves the group frozen: the sweep thaws such groups. */
+static void freeze_kill_thaw(int procs, int freezer)
+{
+        if (write_file_at(freezer, "freezer.state", "FROZEN") >= 0)
+                (void)wait_frozen(freezer, now_ns() + FREEZE_TIMEOUT_NS);
+        (void)procs_foreach(procs, true);
+        debug_pause_point("cgroup-frozen");
+        (void)write_file_at(freezer, "freezer.state", "THAWED");
+}
+
+/* SIGKILL first: a sandbox's pid 1 takes its whole pid namespace with it,
+ * and the pids limit bounds what a fork loop can add between two rounds.
+ * Only a group still populated after KILL_GRACE_NS is frozen (the backstop),
+ * which keeps the window in which a dying supervisor could leave a group
+ * frozen to the rare fork race. */
+static int kill_v1(struct cage_cgroup *cg)
+{
+        int procs = procs_dir_v1(cg);
         if (procs < 0)
                 return 0;
-        uint64_t deadline = now_ns() + KILL_TIMEOUT_NS;
-        int freezer = cg->fd[HIER_FREEZER];
-        if (freezer < 0)
-                return kill_until_empty(procs, deadline);
         int n = procs_foreach(procs, false);
         if (n <= 0)
                 return n;
-        int r = write_file_at(freezer, "freezer.state", "FROZEN");
-        if (r >= 0)
-                (void)wait_frozen(freezer, now_ns() + FREEZE_TIMEOUT_NS);
-        (void)procs_foreach(procs, true);
-        int q = write_file_at(freezer, "freezer.state", "THAWED");
-        r = kill_until_empty(procs, deadline);
-        return r < 0 ? r : q;
+        uint64_t start = now_ns();
+        int freezer = cg->fd[HIER_FREEZER];
+        bool force_freeze = freezer >= 0 && debug_pause_wanted("cgroup-frozen");
+        int r = force_freeze ? -EBUSY : kill_until_empty(procs, start + KILL_GRACE_NS);
+        if (r != -EBUSY || freezer < 0)
+                return r;
+        freeze_kill_thaw(procs, freezer);
+        return kill_until_empty(procs, start + KILL_TIMEOUT_NS);
 }
 
 int cage_cgroup_kill(struct cage_cgroup *cg)
@@ -1001,10 +1058,22 @@ static void close_fds(struct cage_cgroup *cg)
         }
 }
 
+/* On v1 a removed sub-group takes its OOM count with it: hand it to the
+ * parent first (see oom_kills_v1_tree). */
+static void retire_oom_kills(struct cage_cgroup *cg)
+{
+        struct cgroup_stats s = {0};
+        if (!cg->parent || cg->backend != CGROUP_BACKEND_V1 || cg->fd[HIER_MEMORY] < 0)
+                return;
+        if (stats_v1(cg, &s) >= 0 && s.oom_kills)
+                __atomic_add_fetch(&cg->parent->retired_oom_kills, s.oom_kills, __ATOMIC_RELAXED);
+}
+
 int cage_cgroup_destroy(struct cage_cgroup *cg)
 {
         if (!cg)
                 return 0;
+        retire_oom_kills(cg);
         int r = remove_dirs(cg);
         close_fds(cg);
         free(cg);

@@ -57,8 +57,8 @@ int cage_cgroup_create(const struct cgroup_host *host, const char *name,
 /* Creates `leaf` beneath parent (in each of its hierarchies), without
  * limits of its own: a part of a sandbox's tree (one exec) that can be
  * killed and measured alone. Destroy it before its parent. */
-int cage_cgroup_create_child(const struct cage_cgroup *parent, const char *leaf,
-                             struct cage_cgroup **ret, struct cage_error *err);
+int cage_cgroup_create_child(struct cage_cgroup *parent, const char *leaf, struct cage_cgroup **ret,
+                             struct cage_error *err);
 enum cgroup_backend cage_cgroup_backend(const struct cage_cgroup *cg);
 /* CPU weight relative to other groups (1..10000, default 100): v2
  * cpu.weight, v1 cpu.shares. A no-op without a cpu controller. */
@@ -79,7 +79,9 @@ int cage_cgroup_destroy(struct cage_cgroup *cg);
 /* Sandbox groups are named CGROUP_RUN_PREFIX "<supervisor pid>-<n>". */
 #define CGROUP_RUN_PREFIX "run-"
 
-/* Removes groups whose supervisor process no longer exists (cgroup_sweep.c). */
-void cage_cgroup_sweep_stale(const struct cgroup_host *host);
+/* Removes groups whose supervisor process no longer exists (cgroup_sweep.c):
+ * thaws and kills what they hold, then waits at most wait_ms in all for them
+ * to empty; what is still busy then is left for a later sweep. */
+void cage_cgroup_sweep_stale(const struct cgroup_host *host, unsigned wait_ms);
 
 #endif

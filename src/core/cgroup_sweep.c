@@ -1,23 +1,33 @@
 /* Removing cgroups left by a codecage process that died without cleaning
  * up (kill -9, OOM, power cut of the supervisor only). Sandbox groups are
  * named "run-<supervisor pid>-<n>"; a group whose supervisor pid no longer
- * exists is stale: whatever is still inside is killed and the group removed
- * from every hierarchy. A pid reused by an unrelated process only delays the
- * sweep of that group to a later start. */
+ * exists is stale. A supervisor killed halfway through a v1 kill can leave
+ * its group frozen, with SIGKILLs pending that are never delivered: so the
+ * sweep thaws every stale group (v1 freezer.state, v2 cgroup.freeze) and
+ * SIGKILLs what is inside, in every hierarchy, before it waits for anything.
+ * Then it removes the groups that have emptied, waiting at most `wait_ms`
+ * in all: a group that cannot be removed yet is left for the next sweep and
+ * never costs more than that. A pid reused by an unrelated process only
+ * delays the sweep of that group to a later start. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <stdlib.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "cgroup.h"
+#include "util/cleanup.h"
 #include "util/fdutil.h"
 
-static const char *const v1_hierarchies[] = {"memory", "pids", "cpu", "cpuacct", "freezer"};
+/* The freezer first, so everything is thawed before anything is waited on. */
+static const char *const v1_hierarchies[] = {"freezer", "memory", "pids", "cpu", "cpuacct"};
+
+#define SUB_GROUP_DEPTH 2 /* run-<pid>-<n>/e<k>: one level of exec groups */
+#define RETRY_SLEEP_NS  2000000L
 
 static bool stale_name(const char *name)
 {
@@ -29,9 +39,19 @@ static bool stale_name(const char *name)
         return kill(pid, 0) < 0 && errno == ESRCH;
 }
 
-/* SIGKILLs every pid listed in dir/cgroup.procs; true when it was empty. */
-static bool kill_members(int dirfd)
+static uint64_t now_ms(void)
 {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Thaws the group (whichever freezer it has) and SIGKILLs every pid listed
+ * in its cgroup.procs; true when none was listed. */
+static bool thaw_and_kill(int dirfd)
+{
+        (void)write_file_at(dirfd, "freezer.state", "THAWED");
+        (void)write_file_at(dirfd, "cgroup.freeze", "0");
         char buf[4096];
         ssize_t n = read_file_at(dirfd, "cgroup.procs", buf, sizeof(buf));
         if (n <= 0)
@@ -46,65 +66,123 @@ static bool kill_members(int dirfd)
         return false;
 }
 
-static void remove_group(int parentfd, const char *name, int depth);
+typedef void (*group_fn)(int parentfd, const char *name, int depth);
 
-/* Sub-groups (one per exec of a long-lived sandbox) go first. */
-static void remove_children(int fd, int depth)
+/* A directory stream over dirfd from its start (a dup shares the offset of
+ * earlier passes, hence the rewind). */
+static DIR *open_listing(int dirfd)
 {
-        int dupfd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+        int dupfd = fcntl(dirfd, F_DUPFD_CLOEXEC, 3);
         DIR *d = dupfd >= 0 ? fdopendir(dupfd) : NULL;
         if (!d) {
                 if (dupfd >= 0)
                         close(dupfd);
-                return;
+                return NULL;
         }
-        struct dirent *de;
-        while ((de = readdir(d)))
-                if (de->d_type == DT_DIR && strcmp(de->d_name, ".") != 0 &&
-                    strcmp(de->d_name, "..") != 0)
-                        remove_group(fd, de->d_name, depth + 1);
-        closedir(d);
+        rewinddir(d);
+        return d;
 }
 
-static void remove_group(int parentfd, const char *name, int depth)
+/* Calls fn on each sub-directory of dirfd. */
+static void for_each_subgroup(int dirfd, int depth, group_fn fn)
 {
-        for (int i = 0; i < 50; i++) {
-                int fd = openat(parentfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-                if (fd < 0)
-                        return;
-                bool empty = kill_members(fd);
-                if (depth < 2)
-                        remove_children(fd, depth);
-                close(fd);
-                if (empty && unlinkat(parentfd, name, AT_REMOVEDIR) == 0)
-                        return;
-                nanosleep(&(struct timespec){.tv_nsec = 2000000}, NULL);
-        }
-}
-
-static void sweep_dir(const char *path)
-{
-        DIR *d = opendir(path);
+        DIR *d = open_listing(dirfd);
         if (!d)
                 return;
         struct dirent *de;
         while ((de = readdir(d)))
-                if (de->d_type == DT_DIR && stale_name(de->d_name))
-                        remove_group(dirfd(d), de->d_name, 0);
+                if (de->d_type == DT_DIR && de->d_name[0] != '.')
+                        fn(dirfd, de->d_name, depth);
         closedir(d);
 }
 
-void cage_cgroup_sweep_stale(const struct cgroup_host *host)
+/* Pass 1: a group and its sub-groups thawed, their processes killed. */
+static void release_group(int parentfd, const char *name, int depth)
+{
+        _cleanup_close_ int fd = openat(parentfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0)
+                return;
+        (void)thaw_and_kill(fd);
+        if (depth + 1 < SUB_GROUP_DEPTH)
+                for_each_subgroup(fd, depth + 1, release_group);
+}
+
+/* Pass 2: sub-groups first, then the group, once each is empty. */
+static void remove_group(int parentfd, const char *name, int depth)
+{
+        _cleanup_close_ int fd = openat(parentfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0)
+                return;
+        if (depth + 1 < SUB_GROUP_DEPTH)
+                for_each_subgroup(fd, depth + 1, remove_group);
+        if (thaw_and_kill(fd))
+                (void)unlinkat(parentfd, name, AT_REMOVEDIR);
+}
+
+static void release_stale(int parentfd, const char *name, int depth)
+{
+        if (stale_name(name))
+                release_group(parentfd, name, depth);
+}
+
+static void remove_stale(int parentfd, const char *name, int depth)
+{
+        if (stale_name(name))
+                remove_group(parentfd, name, depth);
+}
+
+static bool any_stale_left(int parentfd)
+{
+        bool left = false;
+        DIR *d = open_listing(parentfd);
+        if (!d)
+                return false;
+        struct dirent *de;
+        while ((de = readdir(d)) && !left)
+                left = de->d_type == DT_DIR && stale_name(de->d_name);
+        closedir(d);
+        return left;
+}
+
+/* The codecage parent directories of the host's hierarchies, opened. */
+static size_t open_parents(const struct cgroup_host *host, int *fds, size_t max)
 {
         char path[512];
+        size_t n = 0;
         if (host->backend == CGROUP_BACKEND_V2) {
-                sweep_dir(host->v2_parent);
-                return;
+                fds[n] = open(host->v2_parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                return fds[n] >= 0 ? 1 : 0;
         }
         if (host->backend != CGROUP_BACKEND_V1)
-                return;
-        for (size_t i = 0; i < sizeof(v1_hierarchies) / sizeof(v1_hierarchies[0]); i++)
+                return 0;
+        for (size_t i = 0; i < ELEMENTSOF(v1_hierarchies) && n < max; i++) {
                 if (snprintf(path, sizeof(path), "%s/%s/codecage", host->v1_root,
-                             v1_hierarchies[i]) < (int)sizeof(path))
-                        sweep_dir(path);
+                             v1_hierarchies[i]) >= (int)sizeof(path))
+                        continue;
+                fds[n] = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                if (fds[n] >= 0)
+                        n++;
+        }
+        return n;
+}
+
+void cage_cgroup_sweep_stale(const struct cgroup_host *host, unsigned wait_ms)
+{
+        int fds[ELEMENTSOF(v1_hierarchies)];
+        size_t n = open_parents(host, fds, ELEMENTSOF(fds));
+        for (size_t i = 0; i < n; i++)
+                for_each_subgroup(fds[i], 0, release_stale);
+        uint64_t deadline = now_ms() + wait_ms;
+        for (;;) {
+                bool left = false;
+                for (size_t i = 0; i < n; i++) {
+                        for_each_subgroup(fds[i], 0, remove_stale);
+                        left = left || any_stale_left(fds[i]);
+                }
+                if (!left || now_ms() >= deadline)
+                        break;
+                nanosleep(&(struct timespec){.tv_nsec = RETRY_SLEEP_NS}, NULL);
+        }
+        for (size_t i = 0; i < n; i++)
+                close(fds[i]);
 }

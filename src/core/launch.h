@@ -116,6 +116,9 @@ struct cgroup_host;
 struct cage_cgroup;
 struct id_slot;
 int launch_detect_cgroups(struct cgroup_host *ret, struct cage_error *err);
+/* Sweeps the groups of dead supervisors again, waiting up to wait_ms for
+ * them to empty (a server's start; detection's own sweep never waits). */
+void launch_sweep_stale_cgroups(unsigned wait_ms);
 /* A group named run-<our pid>-<n> with the spec's limits; *ret stays NULL
  * when there is no cgroup backend (rlimits only). */
 int launch_create_cgroup(const struct cgroup_host *host, const struct cage_spec *spec,

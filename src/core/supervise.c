@@ -91,7 +91,7 @@ static void detect_host_once(void)
 {
         cached_host_r = cage_cgroup_host_detect(&cached_host, &cached_host_err);
         if (cached_host_r == 0)
-                cage_cgroup_sweep_stale(&cached_host);
+                cage_cgroup_sweep_stale(&cached_host, 0);
 }
 
 /* Host detection does a few filesystem probes (and sweeps groups of dead
@@ -106,6 +106,13 @@ int launch_detect_cgroups(struct cgroup_host *ret, struct cage_error *err)
         }
         *ret = cached_host;
         return 0;
+}
+
+void launch_sweep_stale_cgroups(unsigned wait_ms)
+{
+        struct cgroup_host host;
+        if (launch_detect_cgroups(&host, NULL) == 0)
+                cage_cgroup_sweep_stale(&host, wait_ms);
 }
 
 int launch_create_cgroup(const struct cgroup_host *host, const struct cage_spec *spec,
@@ -403,8 +410,7 @@ static void collect_usage(struct run_state *st, struct cage_result *res)
 static void judge_exit(struct run_state *st, struct cage_result *res)
 {
         verdict_from_wait_status(res, st->wait_status);
-        if (res->status == CAGE_STATUS_ERROR && st->oom_kills)
-                verdict_oom(res, st->spec->memory_bytes);
+        verdict_oom_if_killed(res, st->oom_kills, st->spec->memory_bytes);
         if (res->signal == SIGXCPU || (res->signal == SIGKILL && st->spec->cpu_time_ms &&
                                        res->cpu_ms >= st->spec->cpu_time_ms)) {
                 res->status = CAGE_STATUS_TIMEOUT;

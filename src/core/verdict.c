@@ -46,6 +46,12 @@ void verdict_oom(struct cage_result *res, uint64_t memory_bytes)
                     (unsigned long long)(memory_bytes >> 20));
 }
 
+void verdict_oom_if_killed(struct cage_result *res, uint64_t oom_kills, uint64_t memory_bytes)
+{
+        if (oom_kills && (res->status == CAGE_STATUS_OK || res->status == CAGE_STATUS_ERROR))
+                verdict_oom(res, memory_bytes);
+}
+
 void verdict_cancelled(struct cage_result *res)
 {
         verdict_set(res, CAGE_STATUS_CANCELLED, "cancelled");

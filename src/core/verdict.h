@@ -17,6 +17,11 @@ void verdict_from_wait_status(struct cage_result *res, int wait_status);
 void verdict_timeout(struct cage_result *res, uint64_t timeout_ms);
 void verdict_output_limit(struct cage_result *res, uint64_t stop_bytes);
 void verdict_oom(struct cage_result *res, uint64_t memory_bytes);
+/* The kernel's OOM killer killed oom_kills processes of the sandbox during
+ * the call: the verdict becomes oom unless a stronger one (internal error,
+ * cancelled, timeout, output limit) was given. The exit code and signal the
+ * program ended with are kept. */
+void verdict_oom_if_killed(struct cage_result *res, uint64_t oom_kills, uint64_t memory_bytes);
 void verdict_cancelled(struct cage_result *res);
 
 #endif

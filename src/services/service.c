@@ -26,11 +26,13 @@
 #include "core/spec.h"
 #include "service_private.h"
 #include "util/cleanup.h"
+#include "util/debug_pause.h"
 #include "util/error.h"
 
-#define REAPER_PERIOD_S 1
-#define STORE_FILE      "sandboxes.db"
-#define LIST_MAX        4096 /* sandboxes one list shows */
+#define REAPER_PERIOD_S     1
+#define STORE_FILE          "sandboxes.db"
+#define LIST_MAX            4096 /* sandboxes one list shows */
+#define STALE_SWEEP_WAIT_MS 2000 /* for a dead server's sandboxes to empty */
 
 int64_t svc_now_ms(void)
 {
@@ -560,6 +562,7 @@ int cage_service_sandbox_remove(struct cage_service *svc, const char *tenant, co
         if (r < 0)
                 return r;
         stop_locked(sb, "remove");
+        debug_pause_point("sandbox-stopped");
         free(sb->workspace);
         sb->workspace = NULL;
         r = cage_workspace_destroy(svc->ws_base, sb->id, err);
@@ -694,11 +697,12 @@ static int open_parts(struct cage_service *svc, struct cage_error *err)
                 return r;
         if ((r = private_mounts(err)) < 0)
                 return r;
+        /* The sandboxes of a dead server first (thawed, killed, their groups
+         * removed): their mount namespaces hold its workspaces' mounts. */
+        launch_sweep_stale_cgroups(STALE_SWEEP_WAIT_MS);
         if ((r = cage_workspace_sweep(svc->ws_base, err)) < 0)
                 return r;
         svc->ws_backend = cage_workspace_backend_detect();
-        struct cgroup_host host; /* sweeps the groups of dead servers */
-        (void)launch_detect_cgroups(&host, NULL);
         _cleanup_free_ char *db = NULL;
         if (asprintf(&db, "%s/" STORE_FILE, cfg->data_dir) < 0)
                 return cage_fail(err, -ENOMEM, "paths");

@@ -454,6 +454,23 @@ static enum cage_status verdict(const struct run_state *st, char *reason, size_t
         return status && strcmp(status, "ok") == 0 ? CAGE_STATUS_OK : CAGE_STATUS_ERROR;
 }
 
+/* The kernel's OOM killer killed something in the sandbox during the call:
+ * the run is oom, whether the driver itself died (its variables are lost)
+ * or only a process it started did. */
+static void judge_oom(struct run_state *st, struct cage_result *res, uint64_t oom_kills)
+{
+        struct cage_session *s = st->s;
+        uint64_t killed = oom_kills > s->oom_kills ? oom_kills - s->oom_kills : 0;
+        s->oom_kills = oom_kills;
+        if (!killed || (res->status != CAGE_STATUS_OK && res->status != CAGE_STATUS_ERROR))
+                return;
+        res->status = CAGE_STATUS_OOM;
+        snprintf(res->reason, sizeof(res->reason), "%s",
+                 st->lost ? "out of memory: the session was restarted and its variables are lost"
+                          : "out of memory: the kernel killed a process the code started; the "
+                            "session's variables are kept");
+}
+
 /* The driver's fields, bounded: only what the contract names goes out. */
 static void copy_done(json_t *o, const json_t *done)
 {
@@ -481,16 +498,12 @@ static json_t *build_result(struct run_state *st, uint64_t t0)
         struct cage_box_usage u = {0};
         struct cage_session *s = st->s;
         res.status = verdict(st, res.reason, sizeof(res.reason));
-        (void)cage_box_proc_usage(s->proc, &u, st->lost);
+        (void)cage_box_proc_usage(s->proc, &u, true);
         res.cpu_ms = u.cpu_ms >= s->cpu_ms ? u.cpu_ms - s->cpu_ms : 0;
         s->cpu_ms = u.cpu_ms;
         res.peak_memory_bytes = u.memory_bytes;
         res.limits_backend = cage_box_limits_backend(s->box);
-        if (st->lost && u.oom_kills > s->oom_kills) {
-                res.status = CAGE_STATUS_OOM;
-                snprintf(res.reason, sizeof(res.reason),
-                         "out of memory: the session was restarted and its variables are lost");
-        }
+        judge_oom(st, &res, u.oom_kills);
         res.duration_ms = now_ms() - t0;
         if (output_capture_finish(&st->out, &res.out) < 0 ||
             output_capture_finish(&st->errc, &res.err) < 0) {

@@ -42,6 +42,7 @@
 
 #include "util/cleanup.h"
 #include "util/error.h"
+#include "util/debug_pause.h"
 #include "util/fdutil.h"
 
 #define IMAGE_NAME      "image"
@@ -986,6 +987,7 @@ int cage_workspace_destroy(const char *base, const char *id, struct cage_error *
         r = unmount_mnt(&w, err);
         if (r < 0)
                 return r;
+        debug_pause_point("workspace-unmounted");
         _cleanup_free_ char *prefix = ws_path(&w, "");
         if (!prefix)
                 return cage_fail(err, -ENOMEM, "workspace %s", id);

@@ -409,6 +409,92 @@ TEST(v1_oom_kill)
         CHECK(!v1_dir_exists("memory", name));
 }
 
+/* v1 counts an OOM kill only in the victim's own group: a kill in an exec's
+ * sub-group must still show in the sandbox's group, before and after the
+ * sub-group is removed. */
+TEST(v1_oom_in_sub_group_counts_for_parent)
+{
+        struct cgroup_host host;
+        CHECK(v1_host(&host));
+        char name[64];
+        group_name(name, sizeof(name), "oomsub");
+        struct cgroup_limits lim = {.memory_bytes = 32 * MiB};
+        struct cage_error err = {0};
+        struct cage_cgroup *cg = NULL, *sub = NULL;
+        CHECK(cage_cgroup_create(&host, name, &lim, &cg, &err) == 0);
+        if (!cg)
+                return;
+        CHECK(cage_cgroup_create_child(cg, "e1", &sub, &err) == 0);
+        if (sub) {
+                struct child c;
+                CHECK(child_start(&c, child_hog));
+                CHECK(cage_cgroup_attach(sub, c.pid, &err) == 0);
+                CHECK(write(c.go, "g", 1) == 1);
+                CHECK(killed_by_sigkill(child_reap(&c)));
+                struct cgroup_stats st;
+                CHECK(cage_cgroup_stats(cg, &st) == 0 && st.oom_kills >= 1);
+                CHECK(cage_cgroup_destroy(sub) == 0);
+                CHECK(cage_cgroup_stats(cg, &st) == 0 && st.oom_kills >= 1);
+        }
+        CHECK(cage_cgroup_destroy(cg) == 0);
+}
+
+static bool reaped(pid_t pid)
+{
+        int status;
+        return waitpid(pid, &status, WNOHANG) == pid;
+}
+
+/* A supervisor killed between a v1 freeze and the thaw leaves its group
+ * frozen with a SIGKILL pending. The sweep must thaw it, so the processes
+ * die and the groups (with their exec sub-groups) go. */
+TEST(v1_sweep_thaws_a_frozen_leftover)
+{
+        struct cgroup_host host;
+        CHECK(v1_host(&host));
+        pid_t dead = fork();
+        if (dead == 0)
+                _exit(0);
+        CHECK(dead > 0 && waitpid(dead, NULL, 0) == dead);
+        char name[64];
+        snprintf(name, sizeof(name), CGROUP_RUN_PREFIX "%d-7", (int)dead);
+        struct cage_error err = {0};
+        struct cage_cgroup *cg = NULL, *sub = NULL;
+        CHECK(cage_cgroup_create(&host, name, NULL, &cg, &err) == 0);
+        if (!cg)
+                return;
+        CHECK(cage_cgroup_create_child(cg, "e1", &sub, &err) == 0);
+        struct child a, b;
+        CHECK(child_start(&a, child_sleep) && cage_cgroup_attach(cg, a.pid, &err) == 0);
+        CHECK(child_start(&b, child_sleep) && sub && cage_cgroup_attach(sub, b.pid, &err) == 0);
+        CHECK(child_go(&a) && child_go(&b));
+        char path[256];
+        snprintf(path, sizeof(path), V1_ROOT "/freezer/codecage/%s/freezer.state", name);
+        int fd = open(path, O_WRONLY | O_CLOEXEC);
+        CHECK(fd >= 0 && write(fd, "FROZEN", 6) == 6);
+        if (fd >= 0)
+                close(fd);
+        kill(a.pid, SIGKILL);
+        kill(b.pid, SIGKILL);
+        usleep(20000);
+        CHECK(!reaped(a.pid) && !reaped(b.pid)); /* frozen: the kills wait */
+        /* The sweep runs in a process of its own while we reap, as a dead
+         * supervisor's sandboxes are reaped by whoever inherited them. */
+        pid_t sweeper = fork();
+        if (sweeper == 0) {
+                cage_cgroup_sweep_stale(&host, 5000);
+                _exit(0);
+        }
+        CHECK(killed_by_sigkill(child_reap(&a)));
+        CHECK(killed_by_sigkill(child_reap(&b)));
+        int status = -1;
+        CHECK(sweeper > 0 && wait_bounded(sweeper, &status) == sweeper && status == 0);
+        for (size_t i = 0; i < ELEMENTSOF(v1_hiers); i++)
+                CHECK(!v1_dir_exists(v1_hiers[i], name));
+        CHECK(cage_cgroup_destroy(sub) == 0);
+        CHECK(cage_cgroup_destroy(cg) == 0);
+}
+
 static void child_tree(void)
 {
         for (int i = 0; i < 5; i++) {
@@ -889,7 +975,8 @@ TEST(v2_nonroot_delegated)
 }
 
 RUN_TESTS(T(backend_names), T(forced_none), T(forced_invalid), T(auto_detect), T(invalid_names),
-          T(v1_limits_stats_kill_destroy), T(v1_oom_kill), T(v1_kill_tree), T(v1_pids_limit),
+          T(v1_limits_stats_kill_destroy), T(v1_oom_kill), T(v1_oom_in_sub_group_counts_for_parent),
+          T(v1_sweep_thaws_a_frozen_leftover), T(v1_kill_tree), T(v1_pids_limit),
           T(v1_destroy_kills_leftovers), T(v1_existing_name_kept), T(create_failure_cleans_up),
           T(v1_timing), T(v2_detect), T(v2_attach_stats_kill_destroy), T(v2_kill_tree_and_destroy),
           T(v2_env_parent), T(nonroot_without_delegation), T(v2_nonroot_delegated))
