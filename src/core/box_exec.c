@@ -1,10 +1,9 @@
 /* One exec in a long-lived sandbox (see box.h, box_proto.h): send the
- * request, place the new process in a cgroup of its own, feed its stdin,
- * capture its output, enforce its deadline and cancellation, and judge the
- * result. The exec's cgroup is removed at the end, which kills whatever the
- * exec left running. Without a cgroup backend its session's process group
- * is killed instead (a process that calls setsid() escapes that; doctor
- * says so). */
+ * request, place the new process in a cgroup of its own, then watch it
+ * (watch.c: output, stdin, deadline, cancellation, as for a one-shot run)
+ * and judge the result (verdict.c, the same rules). The exec's cgroup is removed at the end, which
+ * kills whatever the exec left running. Without a cgroup backend its session's process group is
+ * killed instead (a process that calls setsid() escapes that; doctor says so). */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -19,47 +18,30 @@
 
 #include "box_private.h"
 #include "box_proto.h"
-#include "output.h"
 #include "util/cleanup.h"
+#include "util/clock.h"
 #include "util/error.h"
 #include "util/fdutil.h"
 #include "verdict.h"
+#include "watch.h"
 
 #define STARTED_TIMEOUT_MS 10000
-#define DRAIN_MS           2000
 
 struct exec_state {
         struct cage_box *box;
         const struct cage_exec *ex;
-        const struct cage_run_options *opts;
         uint32_t id;
-        int in_w, out_r, err_r, status_r, go_w; /* our ends */
-        int child[BOX_FD_MAX];                  /* the exec's ends, sent to init */
-        int n_child;                            /* BOX_FD_COUNT, or BOX_FD_MAX with a channel */
-        const char *in_data;
-        size_t in_left;
-        struct output_capture cap_out, cap_err;
+        struct watch w;        /* stdout, stderr, stdin and the limits */
+        int status_r, go_w;    /* our ends of init's status and go pipes */
+        int child[BOX_FD_MAX]; /* the exec's ends, sent to init */
+        int n_child;           /* BOX_FD_COUNT, or BOX_FD_MAX with a channel */
         struct cage_cgroup *cg;
         pid_t inner_pid, host_pid;
-        uint64_t start_ns, deadline_ns, oom_before;
-        bool exited, exec_failed, setup_failed, timed_out, cancelled, flooded, box_died;
+        uint64_t oom_before;
+        bool exited, exec_failed, setup_failed, box_died;
         int wait_status, fail_errno;
         struct cgroup_stats stats;
 };
-
-static uint64_t now_ns(void)
-{
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
-static void close_fd(int *fd)
-{
-        if (*fd >= 0)
-                close(*fd);
-        *fd = -1;
-}
 
 /* ---- the request ---- */
 
@@ -113,13 +95,13 @@ static int make_pipes(struct exec_state *st, struct cage_error *err)
                 if (pipe2(p, O_CLOEXEC) < 0)
                         return cage_fail(err, -errno, "pipe");
                 st->child[BOX_FD_STDIN] = p[0];
-                st->in_w = p[1];
-                fd_set_nonblock(st->in_w, true);
+                st->w.in_w = p[1];
+                fd_set_nonblock(st->w.in_w, true);
         } else if ((st->child[BOX_FD_STDIN] = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0) {
                 return cage_fail(err, -errno, "open /dev/null");
         }
-        int *ours[] = {[BOX_FD_STDOUT] = &st->out_r,
-                       [BOX_FD_STDERR] = &st->err_r,
+        int *ours[] = {[BOX_FD_STDOUT] = &st->w.out_r,
+                       [BOX_FD_STDERR] = &st->w.err_r,
                        [BOX_FD_STATUS] = &st->status_r,
                        [BOX_FD_GO] = &st->go_w};
         for (int i = BOX_FD_STDOUT; i < BOX_FD_COUNT; i++) {
@@ -129,8 +111,8 @@ static int make_pipes(struct exec_state *st, struct cage_error *err)
                 *ours[i] = p[we_write ? 1 : 0];
                 st->child[i] = p[we_write ? 0 : 1];
         }
-        fd_set_nonblock(st->out_r, true);
-        fd_set_nonblock(st->err_r, true);
+        fd_set_nonblock(st->w.out_r, true);
+        fd_set_nonblock(st->w.err_r, true);
         return 0;
 }
 
@@ -237,7 +219,7 @@ static int read_status(struct exec_state *st, struct box_status *s)
 static int wait_started(struct exec_state *st, struct cage_error *err)
 {
         struct pollfd p[2] = {{.fd = st->status_r, .events = POLLIN},
-                              {.fd = st->box->pidfd, .events = POLLIN}};
+                              {.fd = st->box->l.pidfd, .events = POLLIN}};
         int n;
         do
                 n = poll(p, 2, STARTED_TIMEOUT_MS);
@@ -262,18 +244,17 @@ static int place(struct exec_state *st, struct cage_error *err)
         int r = wait_started(st, err);
         if (r < 0)
                 return r;
-        if (st->box->cg) {
+        if (st->box->l.cg) {
                 char leaf[32];
-                st->host_pid = find_host_pid(st->box->pid, st->inner_pid);
+                st->host_pid = find_host_pid(st->box->l.pid, st->inner_pid);
                 if (st->host_pid <= 0)
                         return cage_fail(err, -ESRCH, "finding the exec's process");
                 snprintf(leaf, sizeof(leaf), "e%u", st->id);
-                if ((r = cage_cgroup_create_child(st->box->cg, leaf, &st->cg, err)) < 0 ||
+                if ((r = cage_cgroup_create_child(st->box->l.cg, leaf, &st->cg, err)) < 0 ||
                     (r = cage_cgroup_attach(st->cg, st->host_pid, err)) < 0)
                         return r;
         }
-        st->start_ns = now_ns();
-        st->deadline_ns = st->start_ns + st->ex->timeout_ms * 1000000ULL;
+        watch_start_clock(&st->w, st->ex->timeout_ms);
         char go = 'g';
         if (write_all(st->go_w, &go, 1) < 0)
                 return cage_fail(err, -errno, "starting the exec");
@@ -282,50 +263,6 @@ static int place(struct exec_state *st, struct cage_error *err)
 }
 
 /* ---- watching ---- */
-
-static void deliver(struct exec_state *st, int stream, const char *buf, size_t len)
-{
-        output_capture_feed(stream == 1 ? &st->cap_out : &st->cap_err, buf, len);
-        if (st->opts && st->opts->on_output &&
-            st->opts->on_output(st->opts->on_output_ctx, stream, buf, len))
-                st->cancelled = true;
-        uint64_t stop = st->ex->output_stop_bytes;
-        if (stop && st->cap_out.total + st->cap_err.total > stop)
-                st->flooded = true;
-}
-
-static void read_stream(struct exec_state *st, int *fd, int stream)
-{
-        char buf[65536];
-        for (int i = 0; i < 16; i++) {
-                ssize_t n = read(*fd, buf, sizeof(buf));
-                if (n > 0) {
-                        deliver(st, stream, buf, (size_t)n);
-                        continue;
-                }
-                if (n < 0 && errno == EINTR)
-                        continue;
-                if (n == 0 || errno != EAGAIN)
-                        close_fd(fd);
-                return;
-        }
-}
-
-static void feed_stdin(struct exec_state *st)
-{
-        while (st->in_left > 0) {
-                ssize_t n = write(st->in_w, st->in_data, st->in_left);
-                if (n < 0 && errno == EINTR)
-                        continue;
-                if (n < 0 && errno == EAGAIN)
-                        return;
-                if (n <= 0)
-                        break; /* the program closed its stdin: fine */
-                st->in_data += n;
-                st->in_left -= (size_t)n;
-        }
-        close_fd(&st->in_w);
-}
 
 static void on_status(struct exec_state *st)
 {
@@ -349,74 +286,38 @@ static void on_status(struct exec_state *st)
         }
 }
 
-static int poll_timeout_ms(const struct exec_state *st)
+static void on_status_ready(void *ctx)
 {
-        uint64_t now = now_ns();
-        if (now >= st->deadline_ns)
-                return 0;
-        uint64_t ms = (st->deadline_ns - now + 999999) / 1000000;
-        return ms > 60000 ? 60000 : (int)ms;
+        on_status(ctx);
 }
 
-static void watch(struct exec_state *st)
+static void on_box_exit(void *ctx)
 {
-        int cancel_fd = st->opts ? st->opts->cancel_fd : -1;
-        while (!st->exited && !st->box_died && !st->timed_out && !st->cancelled && !st->flooded) {
-                struct pollfd p[6] = {
-                        {.fd = st->status_r, .events = POLLIN},
-                        {.fd = st->out_r, .events = POLLIN},
-                        {.fd = st->err_r, .events = POLLIN},
-                        {.fd = st->in_w, .events = POLLOUT},
-                        {.fd = cancel_fd, .events = POLLIN},
-                        {.fd = st->box->pidfd, .events = POLLIN},
-                };
-                int n = poll(p, 6, poll_timeout_ms(st));
-                if (n < 0 && errno != EINTR)
-                        break;
-                if (p[1].revents)
-                        read_stream(st, &st->out_r, 1);
-                if (p[2].revents)
-                        read_stream(st, &st->err_r, 2);
-                if (p[3].revents)
-                        feed_stdin(st);
-                if (p[0].revents)
-                        on_status(st);
-                if (p[4].revents)
-                        st->cancelled = true;
-                if (p[5].revents && !st->exited)
-                        st->box_died = true;
-                if (now_ns() >= st->deadline_ns && !st->exited)
-                        st->timed_out = true;
-        }
+        struct exec_state *st = ctx;
+        if (!st->exited)
+                st->box_died = true;
 }
 
-/* Ends whatever the exec left running, then reads its pipes to the end. */
-static void finish(struct exec_state *st)
+static bool exec_done(void *ctx)
 {
+        struct exec_state *st = ctx;
+        return st->exited || st->box_died;
+}
+
+/* Watches until the exec ends or a limit trips; then ends whatever the
+ * exec left running and reads its pipes to the end. */
+static void watch_exec(struct exec_state *st)
+{
+        const struct watch_fd fds[] = {{&st->status_r, on_status_ready},
+                                       {&st->box->l.pidfd, on_box_exit}};
+        watch_loop(&st->w, fds, 2, exec_done, st);
         if (st->cg) {
                 (void)cage_cgroup_stats(st->cg, &st->stats);
                 (void)cage_cgroup_kill(st->cg);
         } else {
                 signal_exec(st, SIGKILL);
         }
-        close_fd(&st->in_w);
-        uint64_t until = now_ns() + DRAIN_MS * 1000000ULL;
-        while ((st->out_r >= 0 || st->err_r >= 0) && now_ns() < until) {
-                struct pollfd p[2] = {{.fd = st->out_r, .events = POLLIN},
-                                      {.fd = st->err_r, .events = POLLIN}};
-                if (poll(p, 2, 100) < 0 && errno != EINTR)
-                        break;
-                if (p[0].revents)
-                        read_stream(st, &st->out_r, 1);
-                if (p[1].revents)
-                        read_stream(st, &st->err_r, 2);
-        }
-        /* The EXITED record of a killed exec, if it is already there. */
-        struct pollfd p = {.fd = st->status_r, .events = POLLIN};
-        while (!st->exited && st->status_r >= 0 && poll(&p, 1, 0) == 1) {
-                on_status(st);
-                p.fd = st->status_r;
-        }
+        watch_drain(&st->w, fds, 1, st);
 }
 
 /* ---- the verdict ---- */
@@ -424,71 +325,59 @@ static void finish(struct exec_state *st)
 static uint64_t oom_kills_now(struct cage_box *box)
 {
         struct cgroup_stats s = {0};
-        if (box->cg)
-                (void)cage_cgroup_stats(box->cg, &s);
+        if (box->l.cg)
+                (void)cage_cgroup_stats(box->l.cg, &s);
         return s.oom_kills;
-}
-
-static void judge_exit(struct exec_state *st, struct cage_result *res, uint64_t oom_kills)
-{
-        verdict_from_wait_status(res, st->wait_status);
-        verdict_oom_if_killed(res, oom_kills, st->box->memory_bytes);
-        if (st->exec_failed && res->status == CAGE_STATUS_ERROR)
-                snprintf(res->reason, sizeof(res->reason), "cannot run \"%s\": %s", st->ex->argv[0],
-                         strerror(st->fail_errno));
-}
-
-static void judge(struct exec_state *st, struct cage_result *res)
-{
-        uint64_t now = oom_kills_now(st->box);
-        uint64_t oom_kills = now > st->oom_before ? now - st->oom_before : 0;
-        res->exit_code = -1;
-        if (st->setup_failed) {
-                res->status = CAGE_STATUS_INTERNAL_ERROR;
-                snprintf(res->reason, sizeof(res->reason),
-                         "the sandbox's init could not set "
-                         "up the exec: %s",
-                         strerror(st->fail_errno));
-        } else if (st->cancelled) {
-                verdict_cancelled(res);
-        } else if (st->timed_out) {
-                verdict_timeout(res, st->ex->timeout_ms);
-        } else if (st->flooded) {
-                verdict_output_limit(res, st->ex->output_stop_bytes);
-        } else if (st->exited) {
-                judge_exit(st, res, oom_kills);
-        } else if (oom_kills) {
-                verdict_oom(res, st->box->memory_bytes);
-        } else if (st->box->killed) {
-                verdict_set(res, CAGE_STATUS_CANCELLED, "the sandbox was stopped");
-        } else {
-                res->status = CAGE_STATUS_INTERNAL_ERROR;
-                snprintf(res->reason, sizeof(res->reason), "the sandbox's init ended");
-        }
 }
 
 static void collect_usage(struct exec_state *st, struct cage_result *res)
 {
         res->cpu_ms = st->stats.cpu_usage_ns / 1000000ULL;
         res->peak_memory_bytes = st->stats.peak_memory_bytes;
-        if (!res->peak_memory_bytes && st->box->cg) {
+        if (!res->peak_memory_bytes && st->box->l.cg) {
                 /* v2 sub-groups have no memory controller: the sandbox's peak. */
                 struct cgroup_stats s = {0};
-                (void)cage_cgroup_stats(st->box->cg, &s);
+                (void)cage_cgroup_stats(st->box->l.cg, &s);
                 res->peak_memory_bytes = s.peak_memory_bytes;
         }
-        res->limits_backend = cgroup_backend_to_string(
-                st->box->cg ? cage_cgroup_backend(st->box->cg) : CGROUP_BACKEND_NONE);
+        res->limits_backend = launcher_limits_backend(&st->box->l);
 }
 
-static void note_exec_failure(struct exec_state *st)
+static void judge(struct exec_state *st, struct cage_result *res)
 {
-        char msg[512];
-        int n = snprintf(msg, sizeof(msg), "codecage: cannot run \"%s\": %s\n", st->ex->argv[0],
+        char launch_failure[256];
+        if (st->setup_failed)
+                snprintf(launch_failure, sizeof(launch_failure),
+                         "the sandbox's init could not set up the exec: %s",
                          strerror(st->fail_errno));
-        if (n > 0)
-                output_capture_feed(&st->cap_err, msg,
-                                    (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1);
+        if (st->exec_failed) {
+                char line[512];
+                snprintf(line, sizeof(line), "codecage: cannot run \"%s\": %s\n", st->ex->argv[0],
+                         strerror(st->fail_errno));
+                watch_note(&st->w, line);
+        }
+        uint64_t now = oom_kills_now(st->box);
+        struct verdict_facts f = {
+                .launch_failure = st->setup_failed ? launch_failure : NULL,
+                .cancelled = st->w.cancelled,
+                .timed_out = st->w.timed_out,
+                .flooded = st->w.flooded,
+                .exited = st->exited,
+                .wait_status = st->wait_status,
+                .exec_failed = st->exec_failed,
+                .exec_errno = st->fail_errno,
+                .argv0 = st->ex->argv[0],
+                .oom_kills = now > st->oom_before ? now - st->oom_before : 0,
+                .memory_bytes = st->box->memory_bytes,
+                .timeout_ms = st->ex->timeout_ms,
+                .cpu_time_ms = st->box->cpu_time_ms,
+                .output_stop_bytes = st->ex->output_stop_bytes,
+                .gone_status = st->box->killed ? CAGE_STATUS_CANCELLED : CAGE_STATUS_INTERNAL_ERROR,
+                .gone_reason =
+                        st->box->killed ? "the sandbox was stopped" : "the sandbox's init ended",
+        };
+        collect_usage(st, res);
+        verdict_judge(&f, res);
 }
 
 static void cleanup(struct exec_state *st)
@@ -497,13 +386,9 @@ static void cleanup(struct exec_state *st)
         st->cg = NULL;
         for (int i = 0; i < BOX_FD_MAX; i++)
                 close_fd(&st->child[i]);
-        close_fd(&st->in_w);
-        close_fd(&st->out_r);
-        close_fd(&st->err_r);
         close_fd(&st->status_r);
         close_fd(&st->go_w);
-        output_capture_free(&st->cap_out);
-        output_capture_free(&st->cap_err);
+        watch_free(&st->w);
 }
 
 static int check_exec(const struct cage_exec *ex, struct cage_error *err)
@@ -524,15 +409,9 @@ static int check_exec(const struct cage_exec *ex, struct cage_error *err)
 static void exec_state_init(struct exec_state *st, struct cage_box *box, const struct cage_exec *ex,
                             const struct cage_run_options *opts)
 {
-        *st = (struct exec_state){.box = box,
-                                  .ex = ex,
-                                  .opts = opts,
-                                  .in_w = -1,
-                                  .out_r = -1,
-                                  .err_r = -1,
-                                  .status_r = -1,
-                                  .go_w = -1,
-                                  .n_child = BOX_FD_COUNT};
+        *st = (struct exec_state){
+                .box = box, .ex = ex, .status_r = -1, .go_w = -1, .n_child = BOX_FD_COUNT};
+        watch_init(&st->w, opts);
         for (int i = 0; i < BOX_FD_MAX; i++)
                 st->child[i] = -1;
 }
@@ -547,35 +426,30 @@ int cage_box_exec(struct cage_box *box, const struct cage_exec *ex,
         int r = check_exec(ex, err);
         if (r < 0)
                 return r;
-        uint64_t t0 = now_ns();
-        bool keep = !opts || opts->keep_output;
-        st.in_data = ex->stdin_data;
-        st.in_left = ex->stdin_data ? ex->stdin_len : 0;
+        uint64_t t0 = clock_mono_ns();
+        st.w.in_data = ex->stdin_data;
+        st.w.in_left = ex->stdin_data ? ex->stdin_len : 0;
+        st.w.output_stop_bytes = ex->output_stop_bytes;
         st.oom_before = oom_kills_now(box);
-        if ((r = output_capture_init(&st.cap_out, keep ? ex->output_max_bytes : 0)) < 0 ||
-            (r = output_capture_init(&st.cap_err, keep ? ex->output_max_bytes : 0)) < 0) {
+        if ((r = watch_capture(&st.w, ex->output_max_bytes)) < 0) {
                 cleanup(&st);
                 return cage_fail(err, r, "output buffers");
         }
         r = submit(&st, err);
         if (r == 0 && (r = place(&st, err)) < 0)
                 signal_exec(&st, SIGKILL);
+        if (r == 0)
+                watch_exec(&st);
+        else if (st.cg)
+                (void)cage_cgroup_kill(st.cg);
         if (r < 0) {
-                finish(&st);
                 cleanup(&st);
                 return r;
         }
-        watch(&st);
-        finish(&st);
-        if (st.exec_failed)
-                note_exec_failure(&st);
-        collect_usage(&st, res);
         judge(&st, res);
-        r = output_capture_finish(&st.cap_out, &res->out);
-        if (r == 0)
-                r = output_capture_finish(&st.cap_err, &res->err);
+        r = watch_finish(&st.w, res);
         cleanup(&st);
-        res->duration_ms = (now_ns() - t0) / 1000000ULL;
+        res->duration_ms = (clock_mono_ns() - t0) / 1000000ULL;
         return r < 0 ? cage_fail(err, r, "collecting output") : 0;
 }
 
@@ -608,7 +482,7 @@ int cage_box_spawn(struct cage_box *box, const struct cage_exec *ex, int channel
         if (r == 0 && (r = place(st, err)) < 0)
                 signal_exec(st, SIGKILL);
         st->ex = NULL;
-        close_fd(&st->in_w); /* stdin is /dev/null for spawned execs */
+        close_fd(&st->w.in_w); /* stdin is /dev/null for spawned execs */
         if (r < 0) {
                 cage_box_proc_free(p);
                 return r;
@@ -619,12 +493,12 @@ int cage_box_spawn(struct cage_box *box, const struct cage_exec *ex, int channel
 
 int cage_box_proc_stdout(const struct cage_box_proc *p)
 {
-        return p->st.out_r;
+        return p->st.w.out_r;
 }
 
 int cage_box_proc_stderr(const struct cage_box_proc *p)
 {
-        return p->st.err_r;
+        return p->st.w.err_r;
 }
 
 int cage_box_proc_status_fd(const struct cage_box_proc *p)

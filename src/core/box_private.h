@@ -9,22 +9,18 @@
 #include <sys/types.h>
 
 #include "box.h"
-#include "cgroup.h"
-#include "userns.h"
+#include "launcher.h"
 
 struct cage_box {
-        pid_t pid;
-        int pidfd;
+        struct cage_spec spec; /* the launch's, codecage-init as argv; its pointers are
+                                * the caller's, valid only while starting */
+        struct launcher l;     /* pid 1, its pidfd, cgroup and uid slot */
         int ctl_fd;
-        struct id_slot slot;
-        struct cgroup_host cg_host;
-        struct cage_cgroup *cg;
         pthread_mutex_t lock; /* ctl sends, exec ids, reaping */
         uint32_t next_exec;
-        bool reaped;
         bool killed;
-        char **envp; /* the sandbox's own environment (plan), owned */
-        uint64_t memory_bytes;
+        char **envp;                        /* the sandbox's own environment (plan), owned */
+        uint64_t memory_bytes, cpu_time_ms; /* the spec's, for verdicts */
 };
 
 #endif

@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "util/cleanup.h"
+#include "util/clock.h"
 #include "util/debug_pause.h"
 #include "util/error.h"
 #include "util/fdutil.h"
@@ -102,13 +103,6 @@ const char *cgroup_backend_to_string(enum cgroup_backend b)
 }
 
 /* ---- small helpers ---- */
-
-static uint64_t now_ns(void)
-{
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t)ts.tv_sec * NSEC_PER_SEC + (uint64_t)ts.tv_nsec;
-}
 
 static void sleep_ns(uint64_t ns)
 {
@@ -238,7 +232,7 @@ static int kill_until_empty(int dirfd, uint64_t deadline)
                 int n = procs_foreach(dirfd, true);
                 if (n <= 0)
                         return n;
-                if (now_ns() > deadline)
+                if (clock_mono_ns() > deadline)
                         return -EBUSY;
                 backoff(&delay);
         }
@@ -919,7 +913,7 @@ static int wait_unpopulated(int dirfd, uint64_t deadline)
                         if (parse_keyed(buf, "populated", &populated) == 0 && populated == 0)
                                 return 0;
                 }
-                uint64_t now = now_ns();
+                uint64_t now = clock_mono_ns();
                 if (now > deadline)
                         return -EBUSY;
                 uint64_t left_ms = (deadline - now) / NSEC_PER_MSEC + 1;
@@ -931,7 +925,7 @@ static int wait_unpopulated(int dirfd, uint64_t deadline)
 static int kill_v2(struct cage_cgroup *cg)
 {
         int fd = cg->fd[HIER_UNIFIED];
-        uint64_t deadline = now_ns() + KILL_TIMEOUT_NS;
+        uint64_t deadline = clock_mono_ns() + KILL_TIMEOUT_NS;
         int r = write_file_at(fd, "cgroup.kill", "1");
         if (r == -ENOENT || r == -EOPNOTSUPP) /* before 5.14 */
                 r = kill_until_empty(fd, deadline);
@@ -950,7 +944,7 @@ static int wait_frozen(int dirfd, uint64_t deadline)
                         return (int)n;
                 if (strncmp(buf, "FROZEN", 6) == 0)
                         return 0;
-                if (now_ns() > deadline)
+                if (clock_mono_ns() > deadline)
                         return -ETIMEDOUT;
                 backoff(&delay);
         }
@@ -972,7 +966,7 @@ static int procs_dir_v1(const struct cage_cgroup *cg)
 static void freeze_kill_thaw(int procs, int freezer)
 {
         if (write_file_at(freezer, "freezer.state", "FROZEN") >= 0)
-                (void)wait_frozen(freezer, now_ns() + FREEZE_TIMEOUT_NS);
+                (void)wait_frozen(freezer, clock_mono_ns() + FREEZE_TIMEOUT_NS);
         (void)procs_foreach(procs, true);
         debug_pause_point("cgroup-frozen");
         (void)write_file_at(freezer, "freezer.state", "THAWED");
@@ -991,7 +985,7 @@ static int kill_v1(struct cage_cgroup *cg)
         int n = procs_foreach(procs, false);
         if (n <= 0)
                 return n;
-        uint64_t start = now_ns();
+        uint64_t start = clock_mono_ns();
         int freezer = cg->fd[HIER_FREEZER];
         bool force_freeze = freezer >= 0 && debug_pause_wanted("cgroup-frozen");
         int r = force_freeze ? -EBUSY : kill_until_empty(procs, start + KILL_GRACE_NS);

@@ -21,6 +21,7 @@
 
 #include "cgroup.h"
 #include "util/cleanup.h"
+#include "util/clock.h"
 #include "util/fdutil.h"
 
 /* The freezer first, so everything is thawed before anything is waited on. */
@@ -37,13 +38,6 @@ static bool stale_name(const char *name)
         if (sscanf(name, CGROUP_RUN_PREFIX "%d-%u%c", &pid, &n, &tail) != 2 || pid <= 0)
                 return false;
         return kill(pid, 0) < 0 && errno == ESRCH;
-}
-
-static uint64_t now_ms(void)
-{
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
 /* Thaws the group (whichever freezer it has) and SIGKILLs every pid listed
@@ -172,14 +166,14 @@ void cage_cgroup_sweep_stale(const struct cgroup_host *host, unsigned wait_ms)
         size_t n = open_parents(host, fds, ELEMENTSOF(fds));
         for (size_t i = 0; i < n; i++)
                 for_each_subgroup(fds[i], 0, release_stale);
-        uint64_t deadline = now_ms() + wait_ms;
+        uint64_t deadline = clock_mono_ms() + wait_ms;
         for (;;) {
                 bool left = false;
                 for (size_t i = 0; i < n; i++) {
                         for_each_subgroup(fds[i], 0, remove_stale);
                         left = left || any_stale_left(fds[i]);
                 }
-                if (!left || now_ms() >= deadline)
+                if (!left || clock_mono_ms() >= deadline)
                         break;
                 nanosleep(&(struct timespec){.tv_nsec = RETRY_SLEEP_NS}, NULL);
         }

@@ -110,20 +110,4 @@ int rlimit_memory_fallback(const struct launch_plan *plan);
  * that fd with the control socket as BOX_CTL_FD). */
 _Noreturn void init_run(const struct launch_plan *plan);
 
-/* supervise.c: launch steps shared by one-shot runs and long-lived
- * sandboxes (box.c). */
-struct cgroup_host;
-struct cage_cgroup;
-struct id_slot;
-int launch_detect_cgroups(struct cgroup_host *ret, struct cage_error *err);
-/* Sweeps the groups of dead supervisors again, waiting up to wait_ms for
- * them to empty (a server's start; detection's own sweep never waits). */
-void launch_sweep_stale_cgroups(unsigned wait_ms);
-/* A group named run-<our pid>-<n> with the spec's limits; *ret stays NULL
- * when there is no cgroup backend (rlimits only). */
-int launch_create_cgroup(const struct cgroup_host *host, const struct cage_spec *spec,
-                         struct cage_cgroup **ret, struct cage_error *err);
-void launch_open_mounts(struct launch_plan *plan, const struct cage_spec *spec,
-                        const struct id_slot *slot);
-
 #endif

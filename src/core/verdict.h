@@ -24,4 +24,25 @@ void verdict_oom(struct cage_result *res, uint64_t memory_bytes);
 void verdict_oom_if_killed(struct cage_result *res, uint64_t oom_kills, uint64_t memory_bytes);
 void verdict_cancelled(struct cage_result *res);
 
+/* What a runner observed about one program; verdict_judge() turns it into
+ * the status and reason, in one order of precedence for every runner. */
+struct verdict_facts {
+        const char *launch_failure; /* codecage's own failure: internal_error */
+        bool cancelled, timed_out, cpu_exceeded, flooded;
+        bool exited; /* wait_status is the program's */
+        int wait_status;
+        bool exec_failed; /* execve failed with exec_errno */
+        int exec_errno;
+        const char *argv0;
+        uint64_t oom_kills; /* during the call */
+        uint64_t memory_bytes, timeout_ms, cpu_time_ms, output_stop_bytes;
+        /* Neither an exit nor an OOM kill: what ended it. */
+        enum cage_status gone_status;
+        const char *gone_reason;
+};
+
+/* res->cpu_ms must already be set (a SIGKILL past the CPU budget is a
+ * timeout). */
+void verdict_judge(const struct verdict_facts *f, struct cage_result *res);
+
 #endif

@@ -35,6 +35,7 @@
 #include "services/audit.h"
 #include "services/egress_http.h"
 #include "util/cleanup.h"
+#include "util/clock.h"
 #include "util/error.h"
 
 #define CONN_STACK_BYTES (256 * 1024)
@@ -119,13 +120,6 @@ static unsigned debug_switches(void)
                         d |= names[i].bit;
 #endif
         return d;
-}
-
-static int64_t now_ms(void)
-{
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* ---- the checks ------------------------------------------------------------------- */
@@ -392,7 +386,7 @@ static void audit_allow(struct egress_conn *c, const struct exchange *x)
                               x->t->decision.host, "port", (int)x->t->port, "address", addr,
                               "bytes_sent", (json_int_t)c->sent, "bytes_received",
                               (json_int_t)c->received, "duration_ms",
-                              (json_int_t)(now_ms() - x->start_ms));
+                              (json_int_t)(clock_mono_ms() - x->start_ms));
         if (f && x->method)
                 json_object_set_new(f, "method", json_string(x->method));
         if (f && x->status)
@@ -691,7 +685,7 @@ static bool http_exchange(struct egress_conn *c, struct http_state *h,
 {
         char reason[REASON_BYTES] = "";
         int status = 0;
-        struct exchange x = {.kind = "http", .method = req->method, .start_ms = now_ms()};
+        struct exchange x = {.kind = "http", .method = req->method, .start_ms = clock_mono_ms()};
         c->sent = c->received = 0;
         h->requests++;
         int r = http_upstream(c, h, req, reason, sizeof(reason), &status);
@@ -846,7 +840,7 @@ static void tunnel(struct egress_conn *c, struct rbuf *in, const struct egress_h
         struct cage_egress *eg = c->sbx->eg;
         char reason[REASON_BYTES] = "";
         struct egress_target t;
-        struct exchange x = {.kind = "connect", .t = &t, .start_ms = now_ms()};
+        struct exchange x = {.kind = "connect", .t = &t, .start_ms = clock_mono_ms()};
         int r = resolve_with(eg->cfg, &c->sbx->al, req->host, strlen(req->host), req->port,
                              eg->debug, &t, reason, sizeof(reason));
         if (r < 0) {

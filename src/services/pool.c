@@ -11,6 +11,7 @@
 
 #include "services/config.h"
 #include "util/cleanup.h"
+#include "util/clock.h"
 #include "util/error.h"
 
 #define RETRY_AFTER_FAILURE_S 1
@@ -42,13 +43,6 @@ struct cage_pool {
         pthread_t thread;
         uint64_t hits, misses, cold, started, failed, start_ms_total;
 };
-
-static uint64_t now_ms(void)
-{
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t)ts.tv_sec * 1000ULL + (uint64_t)ts.tv_nsec / 1000000ULL;
-}
 
 /* The policy of a spec: everything but what may differ per run. */
 static char *policy_of(const struct svc_spec *spec)
@@ -162,7 +156,7 @@ static void *refill_main(void *arg)
                         continue;
                 }
                 pthread_mutex_unlock(&p->lock);
-                uint64_t t0 = now_ms();
+                uint64_t t0 = clock_mono_ms();
                 struct pool_entry *e = NULL;
                 int r = start_entry(p, &e);
                 pthread_mutex_lock(&p->lock);
@@ -175,7 +169,7 @@ static void *refill_main(void *arg)
                         continue;
                 }
                 p->started++;
-                p->start_ms_total += now_ms() - t0;
+                p->start_ms_total += clock_mono_ms() - t0;
                 e->next = p->ready;
                 p->ready = e;
                 p->n_ready++;

@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "core/cgroup.h"
-#include "core/launch.h"
+#include "core/launcher.h"
 #include "core/spec.h"
 #include "service_private.h"
 #include "util/cleanup.h"

@@ -22,6 +22,7 @@
 #include "core/output.h"
 #include "core/result_json.h"
 #include "util/cleanup.h"
+#include "util/clock.h"
 #include "util/error.h"
 #include "util/fdutil.h"
 
@@ -46,16 +47,9 @@ struct cage_session {
         uint64_t oom_kills; /* the sandbox's OOM kills when that was read last */
 };
 
-static uint64_t now_ms(void)
-{
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t)ts.tv_sec * 1000ULL + (uint64_t)ts.tv_nsec / 1000000ULL;
-}
-
 static int ms_left(uint64_t deadline)
 {
-        uint64_t now = now_ms();
+        uint64_t now = clock_mono_ms();
         if (now >= deadline)
                 return 0;
         return deadline - now > 60000 ? 60000 : (int)(deadline - now);
@@ -212,7 +206,7 @@ int cage_session_start(struct cage_box *box, char *const *env, struct cage_sessi
         close(sv[1]);
         json_t *ready = NULL;
         if (r == 0) {
-                r = wait_frame(s, now_ms() + SESSION_START_MS, &ready);
+                r = wait_frame(s, clock_mono_ms() + SESSION_START_MS, &ready);
                 if (r < 0 || strcmp(op_of(ready), "ready") != 0)
                         r = cage_fail(err, r < 0 ? r : -EPROTO,
                                       "the Python session did not start (is python3 in the "
@@ -258,7 +252,7 @@ struct cage_session *cage_session_free(struct cage_session *s)
 int cage_session_request(struct cage_session *s, json_t *msg, const void *blob, size_t blob_len,
                          uint64_t timeout_ms, json_t **ret, struct cage_error *err)
 {
-        uint64_t deadline = now_ms() + timeout_ms;
+        uint64_t deadline = clock_mono_ms() + timeout_ms;
         json_t *answer = NULL;
         if (!cage_session_alive(s))
                 return cage_fail(err, -ESRCH, "the Python session is gone");
@@ -339,12 +333,12 @@ static void answer_host_call(struct run_state *st, json_t *call)
                 reply = json_pack("{s:s, s:O, s:o}", "op", "host_reply", "id", id, "value",
                                   value ? value : json_null());
         free(error);
-        r = reply ? send_frame(st->s, reply, NULL, 0, now_ms() + 10000) : -ENOMEM;
+        r = reply ? send_frame(st->s, reply, NULL, 0, clock_mono_ms() + 10000) : -ENOMEM;
         if (r == -E2BIG) { /* the answer is too large: the code gets an error instead */
                 json_decref(reply);
                 reply = json_pack("{s:s, s:O, s:s}", "op", "host_reply", "id", id, "error",
                                   "the host's answer is larger than the session channel allows");
-                r = reply ? send_frame(st->s, reply, NULL, 0, now_ms() + 10000) : -ENOMEM;
+                r = reply ? send_frame(st->s, reply, NULL, 0, clock_mono_ms() + 10000) : -ENOMEM;
         }
         if (r < 0)
                 st->lost = true;
@@ -367,10 +361,10 @@ static void on_channel(struct run_state *st)
                 return;
         }
         if (strcmp(op, "host_call") == 0) {
-                uint64_t t0 = now_ms();
+                uint64_t t0 = clock_mono_ms();
                 answer_host_call(st, msg);
                 /* Time spent waiting for the host does not count against the code. */
-                st->deadline += now_ms() - t0;
+                st->deadline += clock_mono_ms() - t0;
         } else {
                 st->lost = true; /* nothing else is allowed during a run */
         }
@@ -384,7 +378,7 @@ static void interrupt(struct run_state *st)
         st->interrupted = true;
         cage_box_proc_signal(st->s->proc, SIGINT);
         uint64_t grace = st->run->grace_ms ? st->run->grace_ms : SESSION_GRACE_MS;
-        st->grace_deadline = now_ms() + grace;
+        st->grace_deadline = clock_mono_ms() + grace;
 }
 
 static void watch(struct run_state *st)
@@ -413,9 +407,9 @@ static void watch(struct run_state *st)
                         st->cancelled = true;
                 if (p[3].revents && cage_box_proc_exited(s->proc, NULL) && !st->done)
                         st->lost = true;
-                if (st->cancelled || st->flooded || now_ms() >= st->deadline)
+                if (st->cancelled || st->flooded || clock_mono_ms() >= st->deadline)
                         interrupt(st);
-                if (st->interrupted && now_ms() >= st->grace_deadline && !st->done)
+                if (st->interrupted && clock_mono_ms() >= st->grace_deadline && !st->done)
                         st->lost = true;
         }
         /* What the code wrote before `done` is in the pipes already. */
@@ -504,7 +498,7 @@ static json_t *build_result(struct run_state *st, uint64_t t0)
         res.peak_memory_bytes = u.memory_bytes;
         res.limits_backend = cage_box_limits_backend(s->box);
         judge_oom(st, &res, u.oom_kills);
-        res.duration_ms = now_ms() - t0;
+        res.duration_ms = clock_mono_ms() - t0;
         if (output_capture_finish(&st->out, &res.out) < 0 ||
             output_capture_finish(&st->errc, &res.err) < 0) {
                 cage_result_free(&res);
@@ -547,7 +541,7 @@ int cage_session_run(struct cage_session *s, const struct cage_session_run *run,
                 return cage_fail(err, -E2BIG, "code: more than %d bytes", SESSION_CODE_MAX);
         if (!cage_session_alive(s))
                 return cage_fail(err, -ESRCH, "the Python session is gone");
-        uint64_t t0 = now_ms();
+        uint64_t t0 = clock_mono_ms();
         st.deadline = t0 + run->timeout_ms;
         if (output_capture_init(&st.out, run->output_max_bytes) < 0 ||
             output_capture_init(&st.errc, run->output_max_bytes) < 0) {

@@ -40,6 +40,7 @@
 #include <unistd.h>
 
 #include "util/cleanup.h"
+#include "util/clock.h"
 #include "util/error.h"
 
 /* STRICT tables need 3.37, built-in JSON functions 3.38. */
@@ -327,13 +328,6 @@ static int store_durability(struct cage_store *s, bool full, struct cage_error *
                 return r;
         s->sync_full = full;
         return 0;
-}
-
-static int64_t now_ms(void)
-{
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* ---- validation ---------------------------------------------------------- */
@@ -872,7 +866,7 @@ static int insert_locked(struct cage_store *s, const struct cage_sandbox_record 
                          const char *id, struct cage_error *err)
 {
         _cleanup_reset_ sqlite3_stmt *st = NULL;
-        int64_t created = rec->created_ms ? rec->created_ms : now_ms();
+        int64_t created = rec->created_ms ? rec->created_ms : clock_wall_ms();
         int64_t last_used = rec->last_used_ms ? rec->last_used_ms : created;
 
         int r = check_json(s, rec->spec_json, rec->labels_json ? rec->labels_json : "{}", err);
@@ -1069,7 +1063,7 @@ int cage_store_touch(struct cage_store *s, const char *id, int64_t now, struct c
         if (now < 0)
                 return cage_fail(err, -EINVAL, "last_used_ms must not be negative.");
         if (now == 0)
-                now = now_ms();
+                now = clock_wall_ms();
         return change_by_id(s, STMT_TOUCH, id, false, bind_touch, &now, "touch", err);
 }
 

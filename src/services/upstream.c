@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "util/cleanup.h"
+#include "util/clock.h"
 #include "util/error.h"
 #include "util/fdutil.h"
 
@@ -50,13 +51,6 @@ struct cage_upstreams {
         json_t *table;        /* {exposed name: {server, tool, spec}} */
         json_t *list;         /* what tools.list() returns */
 };
-
-static int64_t now_ms(void)
-{
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* ---- one process ---- */
 
@@ -142,7 +136,7 @@ static int read_line(struct upstream *s, int64_t deadline, json_t **ret)
                 }
                 if (s->buf_len >= UPSTREAM_LINE_MAX)
                         return -E2BIG;
-                int64_t left = deadline - now_ms();
+                int64_t left = deadline - clock_mono_ms();
                 struct pollfd p = {.fd = s->from_fd, .events = POLLIN};
                 if (left <= 0 || poll(&p, 1, (int)left) == 0)
                         return -ETIMEDOUT;
@@ -170,7 +164,7 @@ static int request(struct upstream *s, const char *method, json_t *params, json_
                                 "method", method, "params", params ? params : json_object());
         int r = msg ? send_message(s, msg) : -ENOMEM;
         json_decref(msg);
-        int64_t deadline = now_ms() + UPSTREAM_TIMEOUT_MS;
+        int64_t deadline = clock_mono_ms() + UPSTREAM_TIMEOUT_MS;
         while (r == 0) {
                 json_t *answer = NULL;
                 if ((r = read_line(s, deadline, &answer)) < 0)

@@ -41,8 +41,9 @@
 #include <unistd.h>
 
 #include "util/cleanup.h"
-#include "util/error.h"
+#include "util/clock.h"
 #include "util/debug_pause.h"
+#include "util/error.h"
 #include "util/fdutil.h"
 
 #define IMAGE_NAME      "image"
@@ -70,13 +71,6 @@ static void closedirp(DIR **d)
                 closedir(*d);
 }
 #define _cleanup_closedir_ __attribute__((cleanup(closedirp)))
-
-static int64_t now_ms(void)
-{
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void sleep_ms(long ms)
 {
@@ -420,12 +414,12 @@ static int ext4_mount_detached(const char *dev, struct cage_error *err)
  * that is being cleared. */
 static int image_lock(int image_fd)
 {
-        for (int64_t start = now_ms();;) {
+        for (int64_t start = clock_mono_ms();;) {
                 if (flock(image_fd, LOCK_EX | LOCK_NB) == 0)
                         return 0;
                 if (errno != EWOULDBLOCK)
                         return -errno;
-                if (now_ms() - start >= LOCK_WAIT_MS)
+                if (clock_mono_ms() - start >= LOCK_WAIT_MS)
                         return -EBUSY;
                 sleep_ms(10);
         }
@@ -517,8 +511,8 @@ static int child_wait(pid_t pid, int out_fd, int timeout_ms, char *buf, size_t s
         int r = pidfd < 0 ? -errno : 0;
         size_t len = 0;
         bool eof = false;
-        for (int64_t deadline = now_ms() + timeout_ms; r == 0;) {
-                int64_t left = deadline - now_ms();
+        for (int64_t deadline = clock_mono_ms() + timeout_ms; r == 0;) {
+                int64_t left = deadline - clock_mono_ms();
                 if (left <= 0) {
                         r = -ETIMEDOUT;
                         break;

@@ -115,3 +115,10 @@ int fd_set_nonblock(int fd, bool on)
         flags = on ? flags | O_NONBLOCK : flags & ~O_NONBLOCK;
         return fcntl(fd, F_SETFL, flags) < 0 ? -errno : 0;
 }
+
+void close_fd(int *fd)
+{
+        if (*fd >= 0)
+                close(*fd);
+        *fd = -1;
+}

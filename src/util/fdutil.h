@@ -18,6 +18,8 @@ int write_file_at(int dirfd, const char *path, const char *content);
 ssize_t read_file_at(int dirfd, const char *path, char *buf, size_t size);
 /* Closes every fd >= lowfd except those in keep[] (sorted or not). */
 int close_fds_from(int lowfd, const int *keep, size_t n_keep);
+/* Closes *fd if it is open and sets it to -1. */
+void close_fd(int *fd);
 int fd_set_cloexec(int fd, bool on);
 int fd_set_nonblock(int fd, bool on);
 
