@@ -16,17 +16,23 @@
 #include "core/box.h"
 #include "harness.h"
 
-static struct cage_box *start_box(void)
+static struct cage_box *start_box_cpu(uint64_t cpu_time_ms)
 {
         struct cage_spec spec;
         struct cage_error err = {0};
         struct cage_box *box = NULL;
         cage_spec_init(&spec);
         spec.timeout_ms = 10000;
+        spec.cpu_time_ms = cpu_time_ms;
         int r = cage_box_start(&spec, &box, &err);
         if (r < 0)
                 fprintf(stderr, "  cage_box_start: %s\n", err.message);
         return box;
+}
+
+static struct cage_box *start_box(void)
+{
+        return start_box_cpu(0);
 }
 
 struct outcome {
@@ -226,7 +232,23 @@ TEST(kill_ends_a_running_exec)
         cage_box_destroy(box);
 }
 
-RUN_TESTS(T(state_persists_between_execs), T(exit_codes_signals_stdin_env),
-          T(timeout_kills_the_tree_and_keeps_the_sandbox),
+/* The CPU budget reads the same as for a one-shot run: the exec that spends
+ * it is a timeout (SIGXCPU from RLIMIT_CPU), not an error. */
+TEST(cpu_budget_is_a_timeout)
+{
+        struct cage_box *box = start_box_cpu(300);
+        CHECK(box != NULL);
+        if (!box)
+                return;
+        struct outcome o;
+        sh(box, "while :; do :; done", 8000, &o);
+        CHECK(o.r == 0 && o.res.status == CAGE_STATUS_TIMEOUT);
+        CHECK(strstr(o.res.reason, "cpu time limit") != NULL);
+        cage_result_free(&o.res);
+        cage_box_destroy(box);
+}
+
+RUN_TESTS(T(state_persists_between_execs), T(cpu_budget_is_a_timeout),
+          T(exit_codes_signals_stdin_env), T(timeout_kills_the_tree_and_keeps_the_sandbox),
           T(background_processes_end_with_their_exec), T(pid1_is_out_of_reach),
           T(concurrent_execs_get_their_own_output), T(kill_ends_a_running_exec))
