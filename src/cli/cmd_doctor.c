@@ -4,8 +4,10 @@
  *
  * This file owns the list of host checks, their verdicts and fix texts, and
  * the two output formats. Cgroup facts are gathered once (struct host) since
- * three checks judge them; every other check is one small function. Probes
- * that could hang or change the calling process -- the namespace clone, the
+ * three checks judge them; every other check is one small function. The
+ * namespaces check runs the real launch (core/probe.c: every containment
+ * step a run takes) and only turns the step that failed into a fix. Probes
+ * that could hang or change the calling process -- the launch, the
  * seccomp install, and cgroup detection (which may move its caller into a
  * "supervisor" leaf group) -- run in forked children under a deadline, so
  * doctor always finishes and leaves itself as it was. The only lasting
@@ -44,6 +46,7 @@
 #include "cli.h"
 #include "services/workspace.h"
 #include "core/cgroup.h"
+#include "core/probe.h"
 #include "core/seccomp.h"
 #include "core/userns.h"
 #include "util/cleanup.h"
@@ -58,10 +61,6 @@
 #define RUN_DIR          "/run/codecage"
 #define PYTHON           "/usr/bin/python3"
 #define SYSCTL_CONF      "/etc/sysctl.d/99-codecage.conf"
-
-/* Every namespace a sandbox is cloned into (cgroup ns is unshared later). */
-#define NS_FLAGS                                                                                   \
-        (CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS)
 
 #define DELEGATE_FIX                                                                               \
         "systemd-run --user --scope -p Delegate=yes codecage ... (or export "                      \
@@ -185,18 +184,8 @@ static void fix_sysctl(struct check *c, const struct host *h, const char *key, c
 
 static const char *errno_name(int e)
 {
-        static const struct {
-                int e;
-                const char *name;
-        } names[] = {
-                {EPERM, "EPERM"},   {EACCES, "EACCES"}, {EINVAL, "EINVAL"}, {ENOSYS, "ENOSYS"},
-                {ENOSPC, "ENOSPC"}, {EUSERS, "EUSERS"}, {ENOMEM, "ENOMEM"}, {ENOENT, "ENOENT"},
-                {EROFS, "EROFS"},   {EBUSY, "EBUSY"},   {ENODEV, "ENODEV"},
-        };
-        for (size_t i = 0; i < ELEMENTSOF(names); i++)
-                if (names[i].e == e)
-                        return names[i].name;
-        return "errno";
+        const char *name = strerrorname_np(e);
+        return name ? name : "errno";
 }
 
 /* Whether word appears in a space- or newline-separated list. */
@@ -571,94 +560,21 @@ static void check_userns(const struct host *h, struct check *c)
                 found(c, VERDICT_OK, "running as root");
 }
 
-/* ---- namespace probe ---- */
+/* ---- the launch probe ---- */
 
-static int ns_private(void)
-{
-        /* First, so nothing the probe mounts can propagate to the host. */
-        return mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ? -errno : 0;
-}
-
-static int ns_tmpfs(void)
-{
-        return mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=0755") < 0
-                       ? -errno
-                       : 0;
-}
-
-static int ns_proc(void)
-{
-        return mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0 ? -errno
-                                                                                          : 0;
-}
-
-static int ns_hostname(void)
-{
-        return sethostname("codecage", 8) < 0 ? -errno : 0;
-}
-
-static int ns_loopback(void)
-{
-        _cleanup_close_ int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-        struct ifreq ifr = {0};
-        memcpy(ifr.ifr_name, "lo", 3);
-        if (fd < 0 || ioctl(fd, SIOCGIFFLAGS, &ifr) < 0)
-                return -errno;
-        ifr.ifr_flags |= IFF_UP;
-        return ioctl(fd, SIOCSIFFLAGS, &ifr) < 0 ? -errno : 0;
-}
-
-static int ns_cgroupns(void)
-{
-        return unshare(CLONE_NEWCGROUP) < 0 ? -errno : 0;
-}
-
-/* What a sandbox's init does first, in the same order. */
-static const struct ns_step {
-        const char *name;
-        int (*fn)(void);
-} ns_steps[] = {
-        {"make mounts private", ns_private}, {"mount tmpfs", ns_tmpfs},
-        {"mount a fresh /proc", ns_proc},    {"sethostname", ns_hostname},
-        {"bring up loopback", ns_loopback},  {"unshare cgroup namespace", ns_cgroupns},
-};
-
-static _Noreturn void ns_probe_inside(int fd)
-{
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        for (size_t i = 0; i < ELEMENTSOF(ns_steps); i++) {
-                int r = ns_steps[i].fn();
-                if (r < 0) {
-                        report_step(fd, ns_steps[i].name, -r);
-                        _exit(1);
-                }
-        }
-        _exit(0);
-}
-
-/* Clones into new namespaces exactly as a sandbox launch does (raw clone3,
- * no fallback) and lets the child do its first privileged steps. */
-static int ns_probe(int fd, const void *arg)
+/* The real launch (core/probe.c), in a child so a hang cannot hold doctor. */
+static int launch_probe(int fd, const void *arg)
 {
         (void)arg;
-        struct clone_args args = {.flags = NS_FLAGS, .exit_signal = SIGCHLD};
-        long pid = syscall(SYS_clone3, &args, sizeof(args));
-        if (pid < 0) {
-                report_step(fd, "clone3", errno);
-                return 1;
+        struct cage_probe p;
+        int r = cage_probe_launch(PROBE_TIMEOUT_MS - 1000, &p);
+        if (r < 0) {
+                memset(&p, 0, sizeof(p));
+                snprintf(p.step, sizeof(p.step), "start the probe");
+                p.err = -r;
+                snprintf(p.message, sizeof(p.message), "%s", strerror(-r));
         }
-        if (pid == 0)
-                ns_probe_inside(fd);
-        int status;
-        while (waitpid((pid_t)pid, &status, 0) < 0)
-                if (errno != EINTR)
-                        return 1;
-        if (WIFSIGNALED(status)) {
-                char step[64];
-                snprintf(step, sizeof(step), "init killed by signal %d", WTERMSIG(status));
-                report_step(fd, step, 0);
-        }
-        return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+        return write_all(fd, &p, sizeof(p)) < 0;
 }
 
 static void fix_clone_failure(const struct host *h, struct check *c, int err)
@@ -687,41 +603,49 @@ static void fix_clone_failure(const struct host *h, struct check *c, int err)
         }
 }
 
-static void fix_step_failure(const struct host *h, struct check *c, const struct step_report *rep)
+static void fix_step_failure(const struct host *h, struct check *c, const struct cage_probe *p)
 {
-        if (strcmp(rep->step, "clone3") == 0)
-                fix_clone_failure(h, c, rep->err);
+        if (strcmp(p->step, "clone3") == 0)
+                fix_clone_failure(h, c, p->err);
         else if (!h->root && apparmor_restricts_userns())
                 fix_apparmor(c, h);
-        else if (strcmp(rep->step, "mount a fresh /proc") == 0 && rep->err == EPERM)
+        else if (strcmp(p->step, "mount /proc") == 0 && p->err == EPERM)
                 fix(c, "/proc is partly hidden by over-mounts, as in containers: start the "
                        "container with --security-opt systempaths=unconfined (Docker) or "
                        "--security-opt unmask=ALL (Podman)");
+        else if (strcmp(p->step, "pivot_root") == 0 || strcmp(p->step, "detach old root") == 0)
+                fix(c,
+                    "pivot_root needs a root that is not the initramfs (rootfs): boot "
+                    "with a real root filesystem, or run codecage in a container; %s",
+                    CONTAINER_FIX);
+        else if (strcmp(p->step, "id maps and cgroup") == 0)
+                fix(c, "see the cgroup and userns checks; %s", CONTAINER_FIX);
         else
                 fix(c, "%s", CONTAINER_FIX);
 }
 
 static void check_namespaces(const struct host *h, struct check *c)
 {
-        struct step_report rep = {0};
+        struct cage_probe p = {0};
         int status = 0;
-        int64_t start = now_ms();
-        ssize_t n = probe_run(ns_probe, NULL, &rep, sizeof(rep), &status);
-        if (n == (ssize_t)sizeof(rep) && rep.step[0]) {
-                found_step(c, &rep);
-                fix_step_failure(h, c, &rep);
-        } else if (n != 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-                probe_died(c, "the namespace probe", n, status);
-                if (n == -ETIMEDOUT)
-                        fix(c, "look for hung tasks in `dmesg` (the probe only clones and mounts "
-                               "tmpfs and /proc)");
+        ssize_t n = probe_run(launch_probe, NULL, &p, sizeof(p), &status);
+        if (n != (ssize_t)sizeof(p)) {
+                probe_died(c, "the launch probe", n, status);
+                fix(c, n == -ETIMEDOUT ? "look for hung tasks in `dmesg`" : CONTAINER_FIX);
+        } else if (!p.ok) {
+                if (p.err)
+                        found(c, VERDICT_FAIL, "launching a sandbox: %s failed: %s (%s)", p.step,
+                              errno_name(p.err), p.message);
                 else
-                        fix(c, "%s", CONTAINER_FIX);
+                        found(c, VERDICT_FAIL, "launching a sandbox: %s: %s", p.step, p.message);
+                fix_step_failure(h, c, &p);
         } else {
                 found(c, VERDICT_OK,
-                      "clone3 into new user, mount, pid, net, ipc and uts namespaces, then tmpfs, "
-                      "/proc, hostname, loopback and cgroup namespace inside: ok (%lld ms)",
-                      (long long)(now_ms() - start));
+                      "a real launch: clone3 into new user, mount, pid, net, ipc and uts "
+                      "namespaces, id maps, %s cgroup, new root and pivot_root, %s mount, "
+                      "/proc, loopback, capabilities dropped, seccomp, exec: ok (%llu ms)",
+                      p.limits_backend ? p.limits_backend : "no",
+                      p.idmapped_mount ? "idmapped" : "bind", (unsigned long long)p.duration_ms);
         }
 }
 
@@ -1346,7 +1270,7 @@ static const struct doctor_check {
 } doctor_checks[] = {
         {"kernel", check_kernel, "Linux 5.10+; newer features that help"},
         {"userns", check_userns, "user namespace sysctls (Debian, Ubuntu/AppArmor)"},
-        {"namespaces", check_namespaces, "clone into new namespaces and mount inside"},
+        {"namespaces", check_namespaces, "a real sandbox launch, every containment step"},
         {"seccomp", check_seccomp, "seccomp actions; our filter builds and installs"},
         {"cgroup", check_cgroup, "which cgroup backend runs use (v2, v1 or none)"},
         {"cgroup-controllers", check_cgroup_controllers, "memory, pids, cpu, cpuacct, freezer"},

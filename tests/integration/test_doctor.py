@@ -100,6 +100,9 @@ def test_namespace_and_seccomp_probes_really_ran(cage):
     found = lines_by_name(doctor(cage).stdout)
     verdict, line = found["namespaces"]
     assert verdict == "ok" and "clone3" in line and " ms)" in line, line
+    assert "pivot_root" in line and "seccomp" in line, line
+    if os.geteuid() == 0:
+        assert "idmapped mount" in line, line
     verdict, line = found["seccomp"]
     assert verdict == "ok" and "instruction filter installs and is in force" in line, line
 
@@ -190,3 +193,15 @@ def test_help_lists_every_check(cage):
     assert p.stdout.startswith("usage: codecage doctor [--json]")
     for name in CHECKS:
         assert f"\n  {name} " in p.stdout, name
+
+
+# ---- the namespaces check is the real launch ----
+
+@pytest.mark.parametrize("step", ["pivot_root", "install seccomp filter"])
+def test_a_failing_launch_step_fails_the_namespaces_check(unsafe_cage, step):
+    """Each step fails only in the real launch (the unsafe build makes it fail
+    on request): doctor must name it, not say ok."""
+    p = doctor(unsafe_cage, env=clean_env(CODECAGE_DEBUG_FAIL_STEP=step))
+    assert p.returncode == 1, p.stdout
+    verdict, line = lines_by_name(p.stdout)["namespaces"]
+    assert verdict == "FAIL" and f"{step} failed: EIO" in line and "; fix: " in line, line
