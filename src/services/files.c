@@ -64,13 +64,6 @@
 #define RESOLVE_CHILD                                                                              \
         (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV)
 
-static void closedirp(DIR **d)
-{
-        if (*d)
-                closedir(*d);
-}
-#define _cleanup_closedir_ __attribute__((cleanup(closedirp)))
-
 /* --- paths ---------------------------------------------------------------- */
 
 /* Appends one component of the client path to out; 0 or -EINVAL. */

@@ -65,13 +65,6 @@ static const char *const mkfs_candidates[] = {"/usr/sbin/mkfs.ext4", "/sbin/mkfs
 
 /* ---- small helpers ---------------------------------------------------- */
 
-static void closedirp(DIR **d)
-{
-        if (*d)
-                closedir(*d);
-}
-#define _cleanup_closedir_ __attribute__((cleanup(closedirp)))
-
 static void sleep_ms(long ms)
 {
         struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
@@ -599,7 +592,7 @@ struct rm_walk {
 
 static void rm_walk_done(struct rm_walk *w)
 {
-        closedirp(&w->dir);
+        cleanup_closedirp(&w->dir);
         free(w->up);
 }
 
@@ -612,7 +605,7 @@ static int rm_walk_switch(struct rm_walk *w, int fd, const struct stat *st)
                 close(fd);
                 return r;
         }
-        closedirp(&w->dir);
+        cleanup_closedirp(&w->dir);
         w->dir = d;
         w->cur = (struct dir_id){st->st_dev, st->st_ino};
         return 0;

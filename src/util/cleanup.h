@@ -5,6 +5,7 @@
 #ifndef CODECAGE_UTIL_CLEANUP_H
 #define CODECAGE_UTIL_CLEANUP_H
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,9 +31,16 @@ static inline void cleanup_fclosep(FILE **f)
                 fclose(*f);
 }
 
-#define _cleanup_free_   __attribute__((cleanup(cleanup_freep)))
-#define _cleanup_close_  __attribute__((cleanup(cleanup_closep)))
-#define _cleanup_fclose_ __attribute__((cleanup(cleanup_fclosep)))
+static inline void cleanup_closedirp(DIR **d)
+{
+        if (*d)
+                closedir(*d);
+}
+
+#define _cleanup_free_     __attribute__((cleanup(cleanup_freep)))
+#define _cleanup_close_    __attribute__((cleanup(cleanup_closep)))
+#define _cleanup_fclose_   __attribute__((cleanup(cleanup_fclosep)))
+#define _cleanup_closedir_ __attribute__((cleanup(cleanup_closedirp)))
 
 #define TAKE_PTR(p)                                                                                \
         ({                                                                                         \

@@ -14,6 +14,17 @@ struct test_case {
 };
 
 extern int test_failures_in_case;
+extern int test_skipped_in_case;
+
+/* Ends the case as skipped (it cannot run here), saying why. A binary whose
+ * every case skipped exits 77, which meson reports as a skip. */
+#define SKIP(...)                                                                                  \
+        do {                                                                                       \
+                printf("  skip: " __VA_ARGS__);                                                    \
+                printf("\n");                                                                      \
+                test_skipped_in_case = 1;                                                          \
+                return;                                                                            \
+        } while (0)
 
 #define CHECK(cond)                                                                                \
         do {                                                                                       \
@@ -39,6 +50,7 @@ int test_main(const struct test_case *cases, size_t n);
 
 #define RUN_TESTS(...)                                                                             \
         int test_failures_in_case;                                                                 \
+        int test_skipped_in_case;                                                                  \
         int main(void)                                                                             \
         {                                                                                          \
                 static const struct test_case cases_[] = {__VA_ARGS__};                            \

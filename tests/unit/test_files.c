@@ -218,10 +218,8 @@ TEST(write_read_roundtrip)
 
 TEST(created_files_get_the_root_owner)
 {
-        if (geteuid() != 0) {
-                printf("  (skipped: not root)\n");
-                return;
-        }
+        if (geteuid() != 0)
+                SKIP("needs root");
         setup();
         struct stat st;
         struct cage_error err = {};

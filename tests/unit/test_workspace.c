@@ -7,7 +7,7 @@
  *
  * The binary first moves into a private mount namespace (when root), so
  * any mount it makes vanishes with it. LOOP tests need root and
- * /dev/loop-control and say SKIP without them. */
+ * /dev/loop-control and are skipped without them. */
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -57,11 +57,8 @@ static bool loop_ok(void)
 
 #define REQUIRE_LOOP()                                                                             \
         do {                                                                                       \
-                if (!loop_ok()) {                                                                  \
-                        printf("  SKIP %s: needs root, /dev/loop-control and mkfs.ext4\n",         \
-                               __func__);                                                          \
-                        return;                                                                    \
-                }                                                                                  \
+                if (!loop_ok())                                                                    \
+                        SKIP("%s: needs root, /dev/loop-control and mkfs.ext4", __func__);         \
         } while (0)
 
 static void tmp_make(struct tmp *t)
@@ -551,10 +548,8 @@ TEST(test_dir_roundtrip)
 
 TEST(test_dir_damaged_root)
 {
-        if (geteuid() != 0) {
-                printf("  SKIP %s: needs root\n", __func__);
-                return;
-        }
+        if (geteuid() != 0)
+                SKIP("%s: needs root", __func__);
         struct tmp t;
         tmp_make(&t);
         CHECK(create(&t, "bad", 16 * MIB, CAGE_WORKSPACE_DIR) == 0);
