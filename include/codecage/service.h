@@ -74,8 +74,9 @@ int cage_service_open(const struct cage_config *cfg, struct cage_service **ret,
 struct cage_service *cage_service_close(struct cage_service *svc);
 
 /* Audit records the front ends make: a request refused for want of a valid
- * token (reason "missing_token" or "bad_token"; remote: the peer, or
- * NULL). The token itself is never recorded. */
+ * token (reason "missing_token" or "bad_token") or by the HTTP server's
+ * Host / Origin policy ("bad_host", "bad_origin"); remote: the peer, or
+ * NULL. The token itself is never recorded. */
 void cage_service_audit_auth_deny(struct cage_service *svc, const char *reason,
                                   const char *remote, const char *method, const char *route);
 

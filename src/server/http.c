@@ -13,15 +13,19 @@
  * A request, in order:
  *  1. the URI callback copies the raw request target (routing decodes it
  *     segment by segment: routes.c);
- *  2. headers: route (404 / 405 / 400), bearer token (401), Content-Type of
- *     JSON routes (415), Content-Length against limits.max_body_bytes (413)
- *     -- all before a byte of the body is read;
+ *  2. headers: Host / Origin (403, every route, TCP only: http_guard.c),
+ *     route (404 / 405 / 400), bearer token (401), Content-Type of JSON
+ *     routes (415), Content-Length against limits.max_body_bytes (413) --
+ *     all before a byte of the body is read;
  *  3. the body is buffered up to limits.max_body_bytes; past it, buffering
  *     stops and the rest is discarded until the 413 can be sent (take_body);
  *  4. the handler runs and its reply is queued;
  *  5. the completed callback cancels a live SSE stream (client gone), logs
  *     one line (method, path, tenant, status, duration_ms -- never bodies,
- *     queries or tokens) and frees the request.
+ *     queries or tokens; what the client sent is escaped) and frees the
+ *     request.
+ * Refusals are audited with the peer, the method and the path (never the
+ * query): a missing or bad token, a foreign Host or Origin.
  *
  * Stopping: a pipe becomes readable (running execs use it as their cancel
  * fd; SSE readers poll it), then every daemon is stopped, which waits for
@@ -55,7 +59,8 @@
 #define HTTP_HEADERS_MAX     (64 * 1024) /* MHD's per-connection pool: URI + headers */
 #define HTTP_BODY_INITIAL    4096
 #define HTTP_DISCARD_MAX     (64ULL * 1024 * 1024) /* past the limit, then close */
-#define HTTP_LOG_PATH_MAX    256
+#define HTTP_LOG_PATH_MAX    256 /* bytes of a path kept in logs and audit records */
+#define HTTP_METHOD_MAX      16  /* bytes kept of a method, with its NUL */
 #define DESCRIBE_MAX         (2 * 128 + 64)
 
 struct cage_http_server {
@@ -63,7 +68,7 @@ struct cage_http_server {
         struct MHD_Daemon *daemons[2];
         size_t n_daemons;
         int shutdown_pipe[2];
-        char *unix_path; /* the socket we created, removed at stop */
+        char *unix_path;      /* the socket we created, removed at stop */
         struct mcp_http *mcp; /* MCP: the /mcp endpoint (mcp_http.c) */
         char describe[DESCRIBE_MAX];
 };
@@ -73,8 +78,13 @@ struct http_request {
         char *raw_uri;
         bool uri_too_long;
         struct timespec start;
-        char method[16];
+        char method[HTTP_METHOD_MAX];
         char tenant[CAGE_CONFIG_TENANT_NAME_MAX + 1];
+        /* For logs and audit records: escaped, the path without the query. */
+        char log_method[3 * HTTP_METHOD_MAX + 1], log_route[3 * HTTP_LOG_PATH_MAX + 1];
+        char remote[HTTP_REMOTE_MAX]; /* the peer */
+        bool unix_socket;
+        const char *guard_message; /* why the Host / Origin policy refused it */
         unsigned status;
         bool started, responded, too_large;
         struct http_match match;
@@ -98,12 +108,15 @@ static uint64_t elapsed_ms(const struct timespec *since)
         return ms < 0 ? 0 : (uint64_t)ms;
 }
 
-/* The path part of the raw target, printable ASCII only (others %XX). */
-static void log_path(const char *uri, char out[HTTP_LOG_PATH_MAX + 4])
+/* What a client sent, for a log line or an audit record: printable ASCII
+ * but '"' as it is, every other byte %XX (no terminal escape reaches the
+ * log, and the text is valid UTF-8), up to the first byte of `stops` and at
+ * most max bytes of input. out holds 3 * max + 1 bytes. */
+static void log_escape(const char *in, const char *stops, size_t max, char *out)
 {
-        size_t w = 0;
-        for (const unsigned char *p = (const unsigned char *)(uri ? uri : "");
-             *p && *p != '?' && w < HTTP_LOG_PATH_MAX; p++) {
+        size_t w = 0, n = 0;
+        for (const unsigned char *p = (const unsigned char *)(in ? in : "");
+             *p && !strchr(stops, *p) && n < max; p++, n++) {
                 if (*p > 0x20 && *p < 0x7f && *p != '"')
                         out[w++] = (char)*p;
                 else
@@ -130,8 +143,7 @@ static const char *termination_text(enum MHD_RequestTerminationCode toe)
 
 static void log_request(const struct http_request *req, enum MHD_RequestTerminationCode toe)
 {
-        char path[HTTP_LOG_PATH_MAX + 4], status[16], line[512];
-        log_path(req->raw_uri, path);
+        char status[16], line[1024];
         if (req->status)
                 snprintf(status, sizeof(status), "%u", req->status);
         else
@@ -139,7 +151,7 @@ static void log_request(const struct http_request *req, enum MHD_RequestTerminat
         int n = snprintf(line, sizeof(line),
                          "codecage: http method=%s path=\"%s\" tenant=%s status=%s "
                          "duration_ms=%llu end=%s\n",
-                         req->method[0] ? req->method : "-", path,
+                         req->log_method[0] ? req->log_method : "-", req->log_route,
                          req->tenant[0] ? req->tenant : "-", status,
                          (unsigned long long)elapsed_ms(&req->start), termination_text(toe));
         if (n > 0)
@@ -147,11 +159,16 @@ static void log_request(const struct http_request *req, enum MHD_RequestTerminat
                              (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
 }
 
+/* MHD's own messages may quote a client's bytes: only printable ASCII
+ * reaches the log. */
 static void mhd_logger(void *cls, const char *fmt, va_list ap)
 {
         char msg[512];
         vsnprintf(msg, sizeof(msg), fmt, ap);
         msg[strcspn(msg, "\n")] = '\0';
+        for (unsigned char *p = (unsigned char *)msg; *p; p++)
+                if (*p < 0x20 || *p >= 0x7f)
+                        *p = '?';
         fprintf(stderr, "codecage: http: %s\n", msg);
 }
 
@@ -171,7 +188,35 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
                 free(req);
                 return NULL;
         }
+        log_escape(req->raw_uri, "?#", HTTP_LOG_PATH_MAX, req->log_route);
         return req;
+}
+
+bool http_peer(struct MHD_Connection *conn, char out[HTTP_REMOTE_MAX])
+{
+        const union MHD_ConnectionInfo *ci =
+                MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+        char host[INET6_ADDRSTRLEN] = "?";
+        out[0] = '\0';
+        if (sa && sa->sa_family == AF_INET) {
+                const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+                inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+                snprintf(out, HTTP_REMOTE_MAX, "%s:%u", host, ntohs(in->sin_port));
+        } else if (sa && sa->sa_family == AF_INET6) {
+                const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
+                inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+                snprintf(out, HTTP_REMOTE_MAX, "[%s]:%u", host, ntohs(in6->sin6_port));
+        } else if (sa && sa->sa_family == AF_UNIX) {
+                ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+                struct ucred cred;
+                socklen_t len = sizeof(cred);
+                if (ci && getsockopt(ci->connect_fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0)
+                        snprintf(out, HTTP_REMOTE_MAX, "unix:uid=%u", (unsigned)cred.uid);
+                else
+                        snprintf(out, HTTP_REMOTE_MAX, "unix");
+        }
+        return sa && sa->sa_family == AF_UNIX;
 }
 
 static enum MHD_Result respond_error(struct http_request *req, struct MHD_Connection *conn,
@@ -229,7 +274,8 @@ static enum MHD_Result check_headers(struct http_request *req, struct MHD_Connec
                         const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                                     MHD_HTTP_HEADER_AUTHORIZATION);
                         cage_service_audit_auth_deny(ctx->svc, h ? "bad_token" : "missing_token",
-                                                     NULL, req->method, req->raw_uri);
+                                                     req->remote[0] ? req->remote : NULL,
+                                                     req->log_method, req->log_route);
                         return respond_error(req, conn, 401,
                                              "a valid \"Authorization: Bearer TOKEN\" header is "
                                              "required",
@@ -251,6 +297,27 @@ static enum MHD_Result check_headers(struct http_request *req, struct MHD_Connec
         return MHD_YES;
 }
 
+/* Step 1 for every route: the Host / Origin policy (http_guard.c). A
+ * refusal is audited like a missing token: it is what a web page that
+ * rebound its name to this server gets. */
+static bool guard_passes(struct http_request *req, struct MHD_Connection *conn)
+{
+        size_t path_len = strcspn(req->raw_uri, "?#");
+        struct http_guard_request rq = {
+                .unix_socket = req->unix_socket,
+                .health = path_len == 8 && strncmp(req->raw_uri, "/healthz", 8) == 0,
+                .host = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST),
+                .origin = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin"),
+        };
+        const char *reason = NULL;
+        req->status = http_guard_check(&req->ctx->guard, &rq, &req->guard_message, &reason);
+        if (!req->status)
+                return true;
+        cage_service_audit_auth_deny(req->ctx->svc, reason, req->remote[0] ? req->remote : NULL,
+                                     req->log_method, req->log_route);
+        return false;
+}
+
 /* ---- MCP: /mcp is served by mcp_http.c, after this file's auth ---------- */
 
 static struct mcp_http *mcp_of(const struct http_request *req)
@@ -264,7 +331,7 @@ static enum MHD_Result begin_mcp(struct http_request *req, struct MHD_Connection
                                  const char *method)
 {
         const char *msg = NULL, *allow = NULL;
-        unsigned status = mcp_http_precheck(mcp_of(req), conn, method, &msg, &allow);
+        unsigned status = mcp_http_precheck(method, &msg, &allow);
         if (status)
                 return respond_error(req, conn, status, msg, allow);
         req->mcp = true;
@@ -290,8 +357,12 @@ static enum MHD_Result begin(struct http_request *req, struct MHD_Connection *co
 
         req->started = true;
         snprintf(req->method, sizeof(req->method), "%s", method);
+        log_escape(req->method, "", sizeof(req->method), req->log_method);
+        req->unix_socket = http_peer(conn, req->remote);
         if (req->uri_too_long)
                 return respond_error(req, conn, 414, "the request target is too long", NULL);
+        if (!guard_passes(req, conn))
+                return respond_error(req, conn, req->status, req->guard_message, NULL);
         if (mcp_http_is_endpoint(req->raw_uri)) /* MCP */
                 return begin_mcp(req, conn, method);
         char *q = strchr(req->raw_uri, '?');
@@ -610,6 +681,7 @@ int cage_http_start(const struct cage_config *cfg, struct cage_service *svc,
         srv->shutdown_pipe[0] = srv->shutdown_pipe[1] = -1;
         srv->ctx.cfg = cfg;
         srv->ctx.svc = svc;
+        http_guard_init(&srv->ctx.guard, cfg->listen_http, cfg->http_loopback);
         if (pipe2(srv->shutdown_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
                 return cage_fail(err, -errno, "http server: pipe");
         srv->ctx.shutdown_fd = srv->shutdown_pipe[0];

@@ -5,6 +5,7 @@
  * shared by the files of src/server only:
  *   http.c          listeners, daemons, the request life cycle (body limits,
  *                   auth, logging), the request-completed callback
+ *   http_guard.c    the Host / Origin policy against DNS rebinding
  *   routes.c        URI decoding, the route table, dispatch
  *   reply.c         JSON, error and raw responses
  *   api_sandbox.c   sandbox, exec and run handlers
@@ -50,6 +51,28 @@ struct cage_redactor;
 #define HTTP_SEGMENTS_MAX   256    /* path segments of one request */
 #define HTTP_LOGS_TAIL_MAX  100000 /* ?tail= of /logs */
 #define HTTP_IDLE_TIMEOUT_S 60     /* idle connections are closed */
+#define HTTP_HOST_MAX       255    /* a host name in Host / Origin */
+#define HTTP_REMOTE_MAX     64     /* "[v6]:port", "unix:uid=N" */
+
+/* http_guard.c: the Host / Origin policy (DNS rebinding). */
+struct http_guard {
+        char listen_host[HTTP_HOST_MAX + 1]; /* the host of listen.http, "" without */
+        bool loopback;                       /* listen.http is a loopback address */
+        bool off;                            /* unsafe debug builds only ("http-host") */
+};
+/* What the policy looks at in one request; NULL for an absent header. */
+struct http_guard_request {
+        bool unix_socket; /* it came over the Unix socket */
+        bool health;      /* GET /healthz */
+        const char *host, *origin;
+};
+void http_guard_init(struct http_guard *g, const char *listen_http, bool loopback);
+/* 0 when the request may go on; otherwise 403 with *message (for the
+ * client) and *reason (for the audit log: "bad_host", "bad_origin") set. */
+unsigned http_guard_check(const struct http_guard *g, const struct http_guard_request *rq,
+                          const char **message, const char **reason);
+/* The host of "host[:port]" or "[v6]:port"; false when malformed. */
+bool http_host_part(const char *hostport, char out[HTTP_HOST_MAX + 1]);
 
 /* What every request handler may reach; read-only after start. */
 struct http_context {
@@ -57,6 +80,7 @@ struct http_context {
         struct cage_service *svc;
         struct cage_redactor *redactor; /* secrets + tokens, for live output */
         int shutdown_fd;                /* readable once the server is stopping */
+        struct http_guard guard;
 };
 
 /* One decoded request, as the route handlers see it. */
@@ -91,6 +115,12 @@ struct http_reply {
  * status then comes from cage_service_http_status()). */
 typedef int (*http_handler_fn)(struct http_call *call, struct http_reply *reply,
                                struct cage_error *err);
+
+/* http.c: the peer of a connection, for audit records: "ADDR:PORT",
+ * "[V6]:PORT", or over the Unix socket "unix:uid=N" (its credentials;
+ * "unix" when they cannot be read); "" when unknown. Returns whether the
+ * connection came over the Unix socket. */
+bool http_peer(struct MHD_Connection *conn, char out[HTTP_REMOTE_MAX]);
 
 /* routes.c */
 enum http_route_flags {

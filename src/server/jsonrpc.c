@@ -7,7 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/output.h"
 #include "server/jsonrpc.h"
+#include "util/cleanup.h"
 
 json_t *jsonrpc_parse(const char *text, size_t len, json_t **ret_error)
 {
@@ -106,10 +108,17 @@ json_t *jsonrpc_result(const json_t *id, json_t *result)
                          result);
 }
 
+/* A message may quote what the client sent (a decoded URI, cut at a size
+ * limit): it is made valid UTF-8 with control characters neutralised, so
+ * the error can always be encoded and sent. */
 json_t *jsonrpc_error(const json_t *id, int code, const char *message)
 {
-        return json_pack("{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", id ? id : json_null(),
-                         "error", "code", code, "message", message);
+        _cleanup_free_ char *clean = NULL;
+        size_t len;
+        if (cage_sanitize_text(message, strlen(message), &clean, &len) < 0)
+                return NULL;
+        return json_pack("{s:s, s:O, s:{s:i, s:s%}}", "jsonrpc", "2.0", "id", id ? id : json_null(),
+                         "error", "code", code, "message", clean, len);
 }
 
 json_t *jsonrpc_errorf(const json_t *id, int code, const char *fmt, ...)

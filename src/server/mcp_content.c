@@ -13,15 +13,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/output.h"
 #include "server/mcp.h"
 #include "services/service.h"
 #include "util/cleanup.h"
 
 /* ---- blocks and results ------------------------------------------------------- */
 
+/* Text that is not UTF-8 (an error quoting a client's bytes, a message cut
+ * inside a character) is repaired rather than lost. */
 json_t *mcp_text_block(const char *text)
 {
-        return json_pack("{s:s, s:s}", "type", "text", "text", text);
+        _cleanup_free_ char *clean = NULL;
+        if (!mcp_utf8_valid(text, strlen(text)) &&
+            cage_sanitize_text(text, strlen(text), &clean, NULL) < 0)
+                return NULL;
+        return json_pack("{s:s, s:s}", "type", "text", "text", clean ? clean : text);
 }
 
 json_t *mcp_image_block(const void *data, size_t len, const char *mime)

@@ -22,11 +22,9 @@
  * SESSION_IDLE_MS is closed, and when the table is full the least
  * recently used idle session makes room.
  *
- * DNS rebinding: on a loopback TCP listener, Host and Origin must name
- * localhost, 127.0.0.1, [::1] or the configured listen host (else 403).
- * A listener beyond loopback requires bearer tokens (config.c), which a
- * rebinding page cannot know; the Unix socket is out of a browser's
- * reach. An unsupported MCP-Protocol-Version header is 400.
+ * DNS rebinding: http.c applies the Host / Origin policy of every route
+ * (http_guard.c) before this file sees a request. An unsupported
+ * MCP-Protocol-Version header is 400.
  *
  * Locking: m->lock guards the session table, each entry's `users`,
  * `removed` and `get`; it may be held while taking a session's lock,
@@ -53,7 +51,6 @@
 #define SESSIONS_PER_TENANT 256
 #define SESSIONS_MAX        4096
 #define SESSION_IDLE_MS     (10 * 60 * 1000)
-#define HOST_MAX            255
 #define SESSION_HEADER      "Mcp-Session-Id"
 #define VERSION_HEADER      "MCP-Protocol-Version"
 
@@ -71,7 +68,6 @@ struct mcp_http {
         struct mcp_server *srv;
         const struct cage_config *cfg;
         int shutdown_fd;
-        char listen_host[HOST_MAX + 1];
         pthread_mutex_t lock;
         struct http_session *sessions;
         size_t n_sessions;
@@ -297,86 +293,18 @@ static bool is_json(const char *ct)
                strchr("; ", ct[sizeof(json) - 1]);
 }
 
-/* The host of "host[:port]" / "[v6]:port" into out; false when malformed. */
-static bool host_part(const char *hostport, char out[HOST_MAX + 1])
-{
-        const char *end;
-        if (hostport[0] == '[') {
-                end = strchr(hostport, ']');
-                if (!end || (end[1] && end[1] != ':'))
-                        return false;
-                hostport++;
-        } else {
-                end = strchr(hostport, ':');
-                if (!end)
-                        end = hostport + strlen(hostport);
-                else if (strchr(end + 1, ':'))
-                        return false;
-        }
-        size_t n = (size_t)(end - hostport);
-        if (n == 0 || n > HOST_MAX)
-                return false;
-        memcpy(out, hostport, n);
-        out[n] = '\0';
-        return true;
-}
-
-static bool host_allowed(const struct mcp_http *m, const char *hostport)
-{
-        static const char *const local[] = {"localhost", "127.0.0.1", "::1"};
-        char host[HOST_MAX + 1];
-        if (!host_part(hostport, host))
-                return false;
-        for (size_t i = 0; i < ELEMENTSOF(local); i++)
-                if (strcasecmp(host, local[i]) == 0)
-                        return true;
-        return m->listen_host[0] && strcasecmp(host, m->listen_host) == 0;
-}
-
-static bool origin_allowed(const struct mcp_http *m, const char *origin)
-{
-        const char *p = strstr(origin, "://");
-        char hostport[HOST_MAX + 8];
-        if (!p)
-                return false;
-        p += 3;
-        size_t n = strcspn(p, "/?#");
-        if (n == 0 || n >= sizeof(hostport))
-                return false;
-        memcpy(hostport, p, n);
-        hostport[n] = '\0';
-        return host_allowed(m, hostport);
-}
-
-static bool over_unix_socket(struct MHD_Connection *conn)
-{
-        const union MHD_ConnectionInfo *ci =
-                MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-        return ci && ci->client_addr && ci->client_addr->sa_family == AF_UNIX;
-}
-
 bool mcp_http_is_endpoint(const char *target)
 {
         return strncmp(target, "/mcp", 4) == 0 && strchr("?#", target[4]);
 }
 
-unsigned mcp_http_precheck(struct mcp_http *m, struct MHD_Connection *conn, const char *method,
-                           const char **message, const char **allow)
+unsigned mcp_http_precheck(const char *method, const char **message, const char **allow)
 {
         if (strcmp(method, "GET") != 0 && strcmp(method, "POST") != 0 &&
             strcmp(method, "DELETE") != 0) {
                 *message = "/mcp accepts GET, POST and DELETE";
                 *allow = "GET, POST, DELETE";
                 return 405;
-        }
-        if (!m->cfg->http_loopback || over_unix_socket(conn))
-                return 0;
-        const char *host = header(conn, MHD_HTTP_HEADER_HOST);
-        const char *origin = header(conn, "Origin");
-        if ((host && !host_allowed(m, host)) || (origin && !origin_allowed(m, origin))) {
-                *message = "forbidden Host or Origin: this server answers only requests "
-                           "addressed to localhost (DNS rebinding protection)";
-                return 403;
         }
         return 0;
 }
@@ -718,8 +646,6 @@ int mcp_http_new(const struct cage_config *cfg, struct cage_service *svc, int sh
         m->cfg = cfg;
         m->shutdown_fd = shutdown_fd;
         pthread_mutex_init(&m->lock, NULL);
-        if (cfg->listen_http && !host_part(cfg->listen_http, m->listen_host))
-                m->listen_host[0] = '\0';
         int r = mcp_server_new(cfg, svc, mcp_serve_options(), &m->srv, err);
         if (r < 0) {
                 mcp_http_free(m);

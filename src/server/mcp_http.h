@@ -25,11 +25,10 @@ struct mcp_http *mcp_http_free(struct mcp_http *m);
 
 /* Whether the request target (path, maybe a query) is /mcp. */
 bool mcp_http_is_endpoint(const char *target);
-/* Checks made before authentication: the method (405, *allow set) and
- * the Host / Origin headers against DNS rebinding (403). 0 when fine,
- * else the status with *message set. */
-unsigned mcp_http_precheck(struct mcp_http *m, struct MHD_Connection *conn, const char *method,
-                           const char **message, const char **allow);
+/* The check made before authentication: the method (405, *allow set).
+ * 0 when fine, else the status with *message set. (The Host / Origin
+ * policy is http.c's, for every route.) */
+unsigned mcp_http_precheck(const char *method, const char **message, const char **allow);
 /* Handles a complete request of tenant (body: body_len bytes) and queues
  * the response; returns MHD's result. *status is the HTTP status sent;
  * *slot keeps what must outlive the handler (a stream, its call) until

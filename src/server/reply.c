@@ -4,12 +4,16 @@
  * Every response carries X-Content-Type-Options: nosniff and
  * Cache-Control: no-store; raw downloads (bytes a sandbox wrote) also get
  * Content-Security-Policy: sandbox, so a browser never runs them as a page
- * of the API's origin. */
+ * of the API's origin. Error messages may quote what the client sent (a
+ * name, a path): they are made valid UTF-8 with control characters
+ * neutralised before encoding, so an error can always be sent. */
 #include <microhttpd.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/output.h"
 #include "server/http.h"
+#include "util/cleanup.h"
 
 static const struct {
         unsigned status;
@@ -40,8 +44,13 @@ const char *http_error_code(unsigned status)
 
 json_t *http_error_doc(unsigned status, const char *message)
 {
-        return json_pack("{s:{s:s,s:s}}", "error", "code", http_error_code(status), "message",
-                         message ? message : "");
+        _cleanup_free_ char *clean = NULL;
+        size_t len;
+        if (cage_sanitize_text(message ? message : "", message ? strlen(message) : 0, &clean,
+                               &len) < 0)
+                return NULL;
+        return json_pack("{s:{s:s,s:s%}}", "error", "code", http_error_code(status), "message",
+                         clean, len);
 }
 
 void http_reply_json(struct http_reply *reply, unsigned status, json_t *doc)

@@ -6,7 +6,8 @@
  * segments are percent-decoded, one by one. A decoded NUL, a bad escape, a
  * {name} or {run_id} outside [A-Za-z0-9][A-Za-z0-9_.-]{0,62}, or a ".."
  * component in a {path...} is a 400 before the service is called (the
- * service checks again). A path no route has is a 404; a path some route
+ * service checks again); its message quotes a bad name with every byte
+ * outside printable ASCII as %XX. A path no route has is a 404; a path some route
  * has with another method is a 405 with Allow. HEAD is served as GET. */
 #include <errno.h>
 #include <stdio.h>
@@ -17,6 +18,8 @@
 #include "util/cleanup.h"
 #include "util/error.h"
 #include "util/hex.h"
+
+#define QUOTE_MAX 64 /* bytes of a bad parameter quoted in its error */
 
 struct route {
         const char *method;
@@ -209,16 +212,32 @@ static int decode_rest(const struct segments *s, size_t from, char **ret, struct
         return 0;
 }
 
+/* The first bytes of a decoded parameter for an error message: printable
+ * ASCII as it is, anything else (e.g. a byte that is not UTF-8) as %XX. */
+static void quote_param(const char *s, char out[QUOTE_MAX * 3 + 1])
+{
+        size_t w = 0;
+        for (const unsigned char *p = (const unsigned char *)s; *p && w < QUOTE_MAX * 3 - 2; p++) {
+                if (*p >= 0x20 && *p < 0x7f && *p != '%' && *p != '"')
+                        out[w++] = (char)*p;
+                else
+                        w += (size_t)snprintf(out + w, 4, "%%%02X", *p);
+        }
+        out[w] = '\0';
+}
+
 static int decode_name(const struct segments *s, size_t i, const char *what, char **ret,
                        struct cage_error *msg)
 {
         if (http_decode(s->start[i], s->len[i], false, ret) < 0)
                 return cage_fail(msg, -EINVAL, "%s: bad percent-encoding or a NUL byte", what);
         if (!http_name_is_valid(*ret)) {
+                char quoted[QUOTE_MAX * 3 + 1];
+                quote_param(*ret, quoted);
                 int r = cage_fail(msg, -EINVAL,
-                                  "%s: \"%.64s\" is not valid (1 to 63 of A-Z a-z 0-9 _ . -, "
+                                  "%s: \"%s\" is not valid (1 to 63 of A-Z a-z 0-9 _ . -, "
                                   "starting with a letter or digit)",
-                                  what, *ret);
+                                  what, quoted);
                 free(TAKE_PTR(*ret));
                 return r;
         }

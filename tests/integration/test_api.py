@@ -462,7 +462,7 @@ def test_oversize_chunked_body_is_413(server):
     limit it is no longer kept, and the 413 comes when it ends."""
     s = socket.create_connection(("127.0.0.1", server.port), timeout=30)
     try:
-        s.sendall(b"POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        s.sendall(b"POST /v1/sandboxes HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                   b"Transfer-Encoding: chunked\r\n\r\n")
         chunk = b"%x\r\n" % (1 << 20) + b" " * (1 << 20) + b"\r\n"
         for _ in range(MAX_BODY // (1 << 20) + 4):
