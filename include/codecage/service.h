@@ -77,8 +77,26 @@ struct cage_service *cage_service_close(struct cage_service *svc);
  * token (reason "missing_token" or "bad_token") or by the HTTP server's
  * Host / Origin policy ("bad_host", "bad_origin"); remote: the peer, or
  * NULL. The token itself is never recorded. */
-void cage_service_audit_auth_deny(struct cage_service *svc, const char *reason,
-                                  const char *remote, const char *method, const char *route);
+void cage_service_audit_auth_deny(struct cage_service *svc, const char *reason, const char *remote,
+                                  const char *method, const char *route);
+
+/* Where a request came from, for its audit record; any field may be NULL. */
+struct cage_service_peer {
+        const char *remote; /* "ADDR:PORT", "[V6]:PORT", "unix:uid=N" */
+        const char *method; /* the HTTP method */
+        const char *route;  /* the request's path, never its query */
+        const char *call;   /* MCP: "tools/call NAME", "resources/read" */
+};
+/* After a call of `tenant` naming a sandbox (or, with sandbox NULL, a run)
+ * failed with -ENOENT: when another tenant holds that sandbox name or run,
+ * records auth.deny with reason "forbidden" (the client still gets "not
+ * found", as for anything that does not exist) and returns true. */
+bool cage_service_audit_foreign(struct cage_service *svc, const char *tenant, const char *sandbox,
+                                const char *run_id, const struct cage_service_peer *peer);
+/* auth.deny with reason "forbidden" for a request of `tenant` the server
+ * refused (an operator route; sandbox: what it named, or NULL). */
+void cage_service_audit_forbidden(struct cage_service *svc, const char *tenant, const char *sandbox,
+                                  const struct cage_service_peer *peer);
 
 /* -errno of a service call -> the HTTP status the API answers with. */
 int cage_service_http_status(int r);
@@ -191,7 +209,9 @@ int cage_service_python_reset(struct cage_service *svc, const char *tenant, cons
 json_t *cage_service_pool_stats(struct cage_service *svc);
 
 /* Artifacts of a finished one-shot run (its output/ folder), until the
- * retention period ends. path is relative to output/. */
+ * retention period ends, for the tenant that made the run only (for any
+ * other the run does not exist: -ENOENT). path is relative to output/.
+ * Each read is audited as file.read. */
 int cage_service_run_file_read(struct cage_service *svc, const char *tenant, const char *run_id,
                                const char *path, size_t max, void **ret_data, size_t *ret_len,
                                struct cage_error *err);

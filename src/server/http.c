@@ -25,7 +25,8 @@
  *     queries or tokens; what the client sent is escaped) and frees the
  *     request.
  * Refusals are audited with the peer, the method and the path (never the
- * query): a missing or bad token, a foreign Host or Origin.
+ * query): a missing or bad token, a foreign Host or Origin, and a 404 for
+ * a sandbox or run that another tenant holds (tenancy.c).
  *
  * Stopping: a pipe becomes readable (running execs use it as their cancel
  * fd; SSE readers poll it), then every daemon is stopped, which waits for
@@ -217,6 +218,13 @@ bool http_peer(struct MHD_Connection *conn, char out[HTTP_REMOTE_MAX])
                         snprintf(out, HTTP_REMOTE_MAX, "unix");
         }
         return sa && sa->sa_family == AF_UNIX;
+}
+
+static struct cage_service_peer peer_record(const struct http_request *req)
+{
+        return (struct cage_service_peer){.remote = req->remote[0] ? req->remote : NULL,
+                                          .method = req->log_method,
+                                          .route = req->log_route};
 }
 
 static enum MHD_Result respond_error(struct http_request *req, struct MHD_Connection *conn,
@@ -464,6 +472,16 @@ static int call_handler(struct http_request *req, struct MHD_Connection *conn,
         return req->match.fn(&call, reply, err);
 }
 
+/* A sandbox or run the tenant does not have: if another tenant has it,
+ * the attempt is audited (the client still gets 404). */
+static void audit_foreign(const struct http_request *req)
+{
+        struct cage_service_peer peer = peer_record(req);
+        if (req->match.name || req->match.run_id)
+                (void)cage_service_audit_foreign(req->ctx->svc, req->tenant, req->match.name,
+                                                 req->match.run_id, &peer);
+}
+
 /* Step 4. */
 static enum MHD_Result finish(struct http_request *req, struct MHD_Connection *conn)
 {
@@ -479,6 +497,8 @@ static enum MHD_Result finish(struct http_request *req, struct MHD_Connection *c
         int r = call_handler(req, conn, &reply, &err);
         MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT,
                                   (unsigned)HTTP_IDLE_TIMEOUT_S);
+        if (r == -ENOENT || (r == 0 && reply.status == 404))
+                audit_foreign(req);
         if (r < 0) {
                 http_reply_clear(&reply);
                 unsigned status = (unsigned)cage_service_http_status(r);

@@ -46,6 +46,7 @@ struct cage_redactor;
 #define MCP_READ_MAX         (8 * 1024 * 1024) /* bytes of one resources/read or file_read */
 #define MCP_PROGRESS_MS      100               /* at most 10 progress notifications a second */
 #define MCP_SESSION_ID_LEN   32
+#define MCP_REMOTE_MAX       64 /* the peer of an HTTP session, as http_peer() gives it */
 
 /* ---- the server ---------------------------------------------------------- */
 
@@ -160,6 +161,7 @@ struct mcp_session {
         size_t n_calls;
         struct mcp_pending *pending; /* our requests waiting for the client */
         json_int_t next_id;
+        char remote[MCP_REMOTE_MAX]; /* HTTP: the peer of its latest request; "" over stdio */
 };
 
 struct mcp_session *mcp_session_new(struct mcp_server *srv, const char *tenant);
@@ -171,6 +173,12 @@ void mcp_session_close(struct mcp_session *s);
  * (running calls go on and may still answer). */
 void mcp_session_deafen(struct mcp_session *s);
 size_t mcp_session_calls(struct mcp_session *s);
+void mcp_session_set_remote(struct mcp_session *s, const char *remote);
+/* A call (`call`: "tools/call NAME", "resources/read") naming a sandbox or
+ * run the session's tenant does not have: audited as auth.deny
+ * "forbidden" when another tenant has it (the client sees "not found"). */
+void mcp_session_audit_foreign(struct mcp_session *s, const char *call, const char *sandbox,
+                               const char *run_id);
 enum mcp_log_level mcp_session_log_level(struct mcp_session *s);
 
 /* A request being handled (tools/call), registered in its session so a

@@ -521,6 +521,9 @@ static int post(struct mcp_http *m, struct MHD_Connection *conn, const char *ten
                                    "Session not found: it ended or never existed; initialize a "
                                    "new one",
                                    status);
+        char remote[HTTP_REMOTE_MAX];
+        (void)http_peer(conn, remote);
+        mcp_session_set_remote(hs->s, remote); /* for audit records of its calls */
         if (mcp_is_call(msg) && accepts(conn, "text/event-stream"))
                 return post_stream(m, conn, hs, msg, status, slot);
         mhd = post_plain(m, conn, hs, msg, status);

@@ -194,6 +194,9 @@ json_t *mcp_resources_read(struct mcp_session *s, const json_t *params, struct m
                                                    MCP_READ_MAX, &data, &len, &err)
                       : cage_service_file_read(s->srv->svc, s->tenant, t.id, t.path, MCP_READ_MAX,
                                                &data, &len, &err);
+        if (r == -ENOENT)
+                mcp_session_audit_foreign(s, "resources/read", t.run ? NULL : t.id,
+                                          t.run ? t.id : NULL);
         json_t *result = r < 0 ? read_error(uri, r, &err, e) : contents(uri, t.path, data, len);
         target_clear(&t);
         return result;

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "server/mcp.h"
+#include "services/service.h"
 #include "util/cleanup.h"
 
 /* A request we sent the client, waiting for its answer. */
@@ -42,6 +43,27 @@ struct mcp_session *mcp_session_new(struct mcp_server *srv, const char *tenant)
         pthread_mutex_init(&s->lock, NULL);
         pthread_cond_init(&s->cond, NULL);
         return s;
+}
+
+void mcp_session_set_remote(struct mcp_session *s, const char *remote)
+{
+        pthread_mutex_lock(&s->lock);
+        snprintf(s->remote, sizeof(s->remote), "%s", remote ? remote : "");
+        pthread_mutex_unlock(&s->lock);
+}
+
+void mcp_session_audit_foreign(struct mcp_session *s, const char *call, const char *sandbox,
+                               const char *run_id)
+{
+        char remote[MCP_REMOTE_MAX];
+        pthread_mutex_lock(&s->lock);
+        snprintf(remote, sizeof(remote), "%s", s->remote);
+        pthread_mutex_unlock(&s->lock);
+        struct cage_service_peer peer = {.remote = remote[0] ? remote : NULL,
+                                         .method = remote[0] ? "POST" : NULL,
+                                         .route = remote[0] ? "/mcp" : NULL,
+                                         .call = call};
+        (void)cage_service_audit_foreign(s->srv->svc, s->tenant, sandbox, run_id, &peer);
 }
 
 struct mcp_session *mcp_session_ref(struct mcp_session *s)

@@ -380,6 +380,29 @@ static const json_t *find_tool(const json_t *tools, const char *name)
         return NULL;
 }
 
+/* The sandbox a tool call names: `sandbox`, or `name` of the sandbox_*
+ * tools that address an existing one. */
+static const char *sandbox_named(const char *tool, const json_t *args)
+{
+        const json_t *v = json_object_get(args, "sandbox");
+        bool by_name = strncmp(tool, "sandbox_", 8) == 0 && strcmp(tool, "sandbox_create") != 0 &&
+                       strcmp(tool, "sandbox_list") != 0;
+        if (!v && by_name)
+                v = json_object_get(args, "name");
+        return json_string_value(v);
+}
+
+/* A failed call on a sandbox of another tenant is audited (tenancy.c). */
+static void audit_foreign(struct mcp_call *c, const char *tool, const json_t *args)
+{
+        const char *sandbox = sandbox_named(tool, args);
+        char call[128];
+        if (!sandbox)
+                return;
+        snprintf(call, sizeof(call), "tools/call %s", tool);
+        mcp_session_audit_foreign(c->session, call, sandbox, NULL);
+}
+
 json_t *mcp_tools_call(struct mcp_call *c, struct mcp_error *e)
 {
         struct mcp_server *srv = c->session->srv;
@@ -407,6 +430,8 @@ json_t *mcp_tools_call(struct mcp_call *c, struct mcp_error *e)
         const struct tool_impl *impl = find_impl(name);
         bool found = false;
         json_t *result = impl ? impl->fn(c, args) : mcp_fixture_tool(c, name, args, &found);
+        if (json_is_true(json_object_get(result, "isError")))
+                audit_foreign(c, name, args);
         return result ? result
                       : mcp_fail(e, JSONRPC_INTERNAL_ERROR, "Internal error: out of memory");
 }

@@ -24,6 +24,7 @@
 #include "core/spec.h"
 #include "service_private.h"
 #include "services/files.h"
+#include "services/tenancy.h"
 #include "util/base64.h"
 #include "util/cleanup.h"
 #include "util/error.h"
@@ -489,16 +490,17 @@ int svc_open_run_workspace(struct cage_box *box, struct cage_error *err)
         return fd < 0 ? cage_fail(err, -errno, "opening the run's workspace") : fd;
 }
 
-/* Copies output/ to <runs>/<run_id>/output for the retention period. */
-void svc_keep_output(struct cage_service *svc, int ws, const char *run_id)
+/* Copies output/ to <runs>/<run_id>/output for the retention period,
+ * bound to tenant first (tenancy.c): without an owner nothing is kept. */
+void svc_keep_run_output(struct cage_service *svc, const char *tenant, int ws, const char *run_id)
 {
         _cleanup_free_ char *dir = NULL;
         if (asprintf(&dir, "%s/%s", svc->runs_base, run_id) < 0 || mkdir(dir, 0700) < 0)
                 return;
-        free(dir);
-        if (asprintf(&dir, "%s/%s/output", svc->runs_base, run_id) < 0 || mkdir(dir, 0700) < 0)
+        _cleanup_close_ int run = open(dir, O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (run < 0 || svc_run_bind(run, tenant) < 0 || mkdirat(run, "output", 0700) < 0)
                 return;
-        _cleanup_close_ int dfd = open(dir, O_DIRECTORY | O_CLOEXEC);
+        _cleanup_close_ int dfd = openat(run, "output", O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (dfd >= 0)
                 (void)cage_files_copy_tree(ws, "output", dfd, RUN_OUTPUT_MAX, RUN_OUTPUT_FILES,
                                            NULL);
@@ -567,7 +569,7 @@ int cage_service_run(struct cage_service *svc, const char *tenant, const json_t 
                 if (cage_artifacts_collect(c.ws, c.before, &artifacts, NULL) < 0)
                         artifacts = json_array();
                 if (json_array_size(artifacts))
-                        svc_keep_output(svc, c.ws, c.run_id);
+                        svc_keep_run_output(svc, tenant, c.ws, c.run_id);
                 *ret = svc_result_json(svc, &res, artifacts);
                 json_object_set_new(*ret, "run_id", json_string(c.run_id));
                 if (c.requirements)
@@ -603,14 +605,13 @@ int cage_service_run_file_read(struct cage_service *svc, const char *tenant, con
                                const char *path, size_t max, void **ret_data, size_t *ret_len,
                                struct cage_error *err)
 {
-        (void)tenant;              /* run ids are 128 random bits: knowing one is the capability */
         if (!run_id_valid(run_id)) /* ids are 32 lowercase hex digits */
                 return cage_fail_plain(err, -ENOENT, "no run \"%.40s\"", run_id ? run_id : "");
         _cleanup_free_ char *dir = NULL;
         if (asprintf(&dir, "%s/%s", svc->runs_base, run_id) < 0)
                 return cage_fail(err, -ENOMEM, "path");
-        _cleanup_close_ int fd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
-        if (fd < 0)
+        _cleanup_close_ int fd = open(dir, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0 || !svc_run_owned_by(fd, tenant)) /* another tenant's run does not exist */
                 return cage_fail_plain(err, -ENOENT, "no artifacts of run %s (none, or expired)",
                                        run_id);
         char rel[CAGE_FILES_PATH_MAX + 1], full[CAGE_FILES_PATH_MAX + 16];
@@ -618,7 +619,11 @@ int cage_service_run_file_read(struct cage_service *svc, const char *tenant, con
         if (r < 0)
                 return r;
         snprintf(full, sizeof(full), "%s%s", strncmp(rel, "output/", 7) == 0 ? "" : "output/", rel);
-        return cage_files_read(fd, full, max, ret_data, ret_len, err);
+        r = cage_files_read(fd, full, max, ret_data, ret_len, err);
+        if (r == 0)
+                svc_audit(svc, CAGE_AUDIT_FILE_READ, tenant, run_id, NULL,
+                          json_pack("{s:s, s:I}", "path", full, "size", (json_int_t)*ret_len));
+        return r;
 }
 
 void svc_expire_runs(struct cage_service *svc)
@@ -636,10 +641,11 @@ void svc_expire_runs(struct cage_service *svc)
                         continue;
                 _cleanup_close_ int fd =
                         openat(dirfd(d), de->d_name, O_PATH | O_DIRECTORY | O_CLOEXEC);
-                if (fd >= 0 && cage_files_delete(fd, "output", true, NULL) >= 0)
-                        unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR);
-                else
-                        unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR);
+                if (fd >= 0) {
+                        (void)cage_files_delete(fd, "output", true, NULL);
+                        (void)unlinkat(fd, RUN_OWNER_FILE, 0);
+                }
+                unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR);
         }
         closedir(d);
 }

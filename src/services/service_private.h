@@ -19,11 +19,11 @@
 #include "services/config.h"
 #include "services/egress.h"
 #include "services/logring.h"
-#include "services/redact.h"
 #include "services/pool.h"
+#include "services/redact.h"
 #include "services/sandbox_spec.h"
-#include "services/session.h"
 #include "services/service.h"
+#include "services/session.h"
 #include "services/store.h"
 #include "services/upstream.h"
 #include "services/workspace.h"
@@ -140,7 +140,13 @@ int svc_put_run_files(struct cage_service *svc, const char *tenant, json_t *labe
 int svc_fetch_url(struct cage_service *svc, const char *tenant, json_t *labels, const char *url,
                   const char *field, void **ret_data, size_t *ret_len, struct cage_error *err);
 int svc_open_run_workspace(struct cage_box *box, struct cage_error *err);
-void svc_keep_output(struct cage_service *svc, int ws, const char *run_id);
+/* Keeps output/ of a one-shot run for the retention period, readable by
+ * tenant only (tenancy.c). */
+void svc_keep_run_output(struct cage_service *svc, const char *tenant, int ws, const char *run_id);
+/* The older spelling: the run belongs to the `tenant` of the caller's
+ * scope (every one-shot run has one), so no caller can keep a run without
+ * binding it. */
+#define svc_keep_output(svc, ws, run_id) svc_keep_run_output((svc), tenant, (ws), (run_id))
 void svc_expire_runs(struct cage_service *svc);
 
 #endif
