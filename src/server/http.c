@@ -14,9 +14,9 @@
  *  1. the URI callback copies the raw request target (routing decodes it
  *     segment by segment: routes.c);
  *  2. headers: Host / Origin (403, every route, TCP only: http_guard.c),
- *     route (404 / 405 / 400), bearer token (401), Content-Type of JSON
- *     routes (415), Content-Length against limits.max_body_bytes (413) --
- *     all before a byte of the body is read;
+ *     route (404 / 405 / 400), bearer token (401), operator routes (403),
+ *     Content-Type of JSON routes (415), Content-Length against
+ *     limits.max_body_bytes (413) -- all before a byte of the body is read;
  *  3. the body is buffered up to limits.max_body_bytes; past it, buffering
  *     stops and the rest is discarded until the 413 can be sent (take_body);
  *  4. the handler runs and its reply is queued;
@@ -268,16 +268,29 @@ static bool is_json_type(const char *ct)
         return next == '\0' || next == ';' || next == ' ';
 }
 
+/* An operator route (the server's own state, e.g. the pool shared by every
+ * tenant) asked for by a tenant without "operator": true. */
+static enum MHD_Result refuse_not_operator(struct http_request *req, struct MHD_Connection *conn)
+{
+        struct cage_service_peer peer = peer_record(req);
+        cage_service_audit_forbidden(req->ctx->svc, req->tenant, NULL, &peer);
+        return respond_error(req, conn, 403,
+                             "this route shows the whole server's state: only a tenant with "
+                             "\"operator\": true in the server's config may use it",
+                             NULL);
+}
+
 /* Step 2: everything that can be refused before the body is read. */
 static enum MHD_Result check_headers(struct http_request *req, struct MHD_Connection *conn)
 {
         const struct http_context *ctx = req->ctx;
         uint64_t max = ctx->cfg->limits.max_body_bytes;
 
+        const struct cage_tenant *t = NULL;
         if (!cage_config_auth_required(ctx->cfg) || (req->match.flags & ROUTE_PUBLIC)) {
                 snprintf(req->tenant, sizeof(req->tenant), "%s", CAGE_SERVICE_DEFAULT_TENANT);
         } else {
-                const struct cage_tenant *t = authenticate(ctx, conn);
+                t = authenticate(ctx, conn);
                 if (!t) {
                         const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                                     MHD_HTTP_HEADER_AUTHORIZATION);
@@ -291,6 +304,8 @@ static enum MHD_Result check_headers(struct http_request *req, struct MHD_Connec
                 }
                 snprintf(req->tenant, sizeof(req->tenant), "%s", t->name);
         }
+        if ((req->match.flags & ROUTE_OPERATOR) && t && !t->operator)
+                return refuse_not_operator(req, conn);
         if ((req->match.flags & ROUTE_JSON_BODY) &&
             !is_json_type(MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                       MHD_HTTP_HEADER_CONTENT_TYPE)))

@@ -127,6 +127,7 @@ enum http_route_flags {
         ROUTE_PUBLIC = 1 << 0,    /* no token needed */
         ROUTE_JSON_BODY = 1 << 1, /* Content-Type: application/json, body parsed */
         ROUTE_RAW_BODY = 1 << 2,  /* body taken as it is (uploads) */
+        ROUTE_OPERATOR = 1 << 3,  /* with tenants: only those with "operator": true */
 };
 
 struct http_match {

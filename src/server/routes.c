@@ -58,7 +58,7 @@ static const struct route routes[] = {
         {"PUT", "/v1/sandboxes/{name}/python/variables/{path}", api_python_var_put, ROUTE_RAW_BODY},
         {"POST", "/v1/sandboxes/{name}/python/variables/{path}", api_python_var_load,
          ROUTE_JSON_BODY},
-        {"GET", "/v1/pool", api_pool, 0},
+        {"GET", "/v1/pool", api_pool, ROUTE_OPERATOR}, /* counts every tenant's runs */
         {"POST", "/v1/host_calls/{path}", api_host_call_answer, ROUTE_JSON_BODY},
 };
 

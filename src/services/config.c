@@ -215,7 +215,6 @@ static int get_bool(json_t *obj, const char *where, const char *key, bool *ret,
 
 /* ---- numbers: one table for limits, one for request defaults ---------- */
 
-
 struct num_field {
         const char *key;
         size_t offset;
@@ -415,7 +414,8 @@ static int parse_defaults(json_t *root, const struct cage_config_limits *l,
                 double v = num_load(d, df->offset, lf->kind);
                 bool explicit = false;
                 if (obj) {
-                        r = config_get_number(obj, "defaults", df->key, lf->kind, lf->lo, lf->hi, &v, err);
+                        r = config_get_number(obj, "defaults", df->key, lf->kind, lf->lo, lf->hi,
+                                              &v, err);
                         if (r < 0)
                                 return r;
                         explicit = r > 0;
@@ -510,7 +510,8 @@ static int load_secret(json_t *entry, const char *name, struct cage_secret *ret,
         const char *value = NULL, *path = NULL, *var = NULL;
         _cleanup_free_ char *buf = NULL;
         size_t len = 0;
-        if ((r = config_get_string(entry, where, "value", CAGE_CONFIG_SECRET_MAX, &value, err)) < 0 ||
+        if ((r = config_get_string(entry, where, "value", CAGE_CONFIG_SECRET_MAX, &value, err)) <
+                    0 ||
             (r = get_path(entry, where, "file", &path, err)) < 0 ||
             (r = config_get_string(entry, where, "env", CAGE_CONFIG_ENV_NAME_MAX, &var, err)) < 0)
                 return r;
@@ -595,14 +596,16 @@ static int load_tenant(json_t *entry, size_t i, struct cage_tenant *ret, struct 
                 return cage_fail(err, -EINVAL,
                                  "%s: must be an object {\"name\", \"token\" or \"token_file\"}",
                                  where);
-        static const char *const keys[] = {"name", "token", "token_file", NULL};
+        static const char *const keys[] = {"name",     "token",   "token_file",
+                                           "operator", "secrets", NULL};
         int r = config_check_keys(entry, where, keys, err);
         if (r < 0)
                 return r;
         const char *name = NULL, *token = NULL, *path = NULL;
-        if ((r = config_get_string(entry, where, "name", CAGE_CONFIG_TENANT_NAME_MAX + 1, &name, err)) <
+        if ((r = config_get_string(entry, where, "name", CAGE_CONFIG_TENANT_NAME_MAX + 1, &name,
+                                   err)) < 0 ||
+            (r = config_get_string(entry, where, "token", CAGE_CONFIG_TOKEN_MAX, &token, err)) <
                     0 ||
-            (r = config_get_string(entry, where, "token", CAGE_CONFIG_TOKEN_MAX, &token, err)) < 0 ||
             (r = get_path(entry, where, "token_file", &path, err)) < 0)
                 return r;
         if (!name)
@@ -643,8 +646,50 @@ static int load_tenant(json_t *entry, size_t i, struct cage_tenant *ret, struct 
                 free(token_copy);
                 return cage_fail(err, -ENOMEM, "%s", where);
         }
-        *ret = (struct cage_tenant){name_copy, token_copy, len};
+        *ret = (struct cage_tenant){.name = name_copy, .token = token_copy, .token_len = len};
         return 0;
+}
+
+/* tenants[i].secrets: names of the config's secrets (borrowed from it). */
+static int load_tenant_secrets(const struct cage_config *cfg, json_t *entry, const char *where,
+                               struct cage_tenant *t, struct cage_error *err)
+{
+        json_t *arr = json_object_get(entry, "secrets");
+        if (!arr)
+                return 0;
+        if (!json_is_array(arr) || json_array_size(arr) > CAGE_CONFIG_SECRETS_MAX)
+                return cage_fail(err, -EINVAL, "%s.secrets: must be an array of at most %d names",
+                                 where, CAGE_CONFIG_SECRETS_MAX);
+        t->secrets_listed = true;
+        t->secrets = calloc(json_array_size(arr) + 1, sizeof(*t->secrets));
+        if (!t->secrets)
+                return cage_fail(err, -ENOMEM, "%s.secrets", where);
+        size_t i;
+        json_t *v;
+        json_array_foreach(arr, i, v)
+        {
+                size_t k = 0;
+                while (k < cfg->n_secrets &&
+                       (!json_is_string(v) || strcmp(cfg->secrets[k].name, json_string_value(v))))
+                        k++;
+                if (k == cfg->n_secrets)
+                        return cage_fail(err, -EINVAL,
+                                         "%s.secrets[%zu]: \"%.64s\" is not one of the config's "
+                                         "secrets",
+                                         where, i, json_is_string(v) ? json_string_value(v) : "");
+                t->secrets[t->n_secrets++] = cfg->secrets[k].name;
+        }
+        return 0;
+}
+
+/* The keys of a tenant besides its name and token. */
+static int load_tenant_rights(const struct cage_config *cfg, json_t *entry, size_t i,
+                              struct cage_tenant *t, struct cage_error *err)
+{
+        char where[FIELD_MAX];
+        snprintf(where, sizeof(where), "tenants[%zu]", i);
+        int r = get_bool(entry, where, "operator", &t->operator, err);
+        return r < 0 ? r : load_tenant_secrets(cfg, entry, where, t, err);
 }
 
 static int parse_tenants(json_t *root, struct cage_config *cfg, struct cage_error *err)
@@ -667,6 +712,8 @@ static int parse_tenants(json_t *root, struct cage_config *cfg, struct cage_erro
                 if (r < 0)
                         return r;
                 cfg->n_tenants++;
+                if ((r = load_tenant_rights(cfg, json_array_get(arr, i), i, t, err)) < 0)
+                        return r;
                 for (size_t j = 0; j < i; j++) {
                         const struct cage_tenant *o = &cfg->tenants[j];
                         if (strcmp(o->name, t->name) == 0)
@@ -1119,7 +1166,7 @@ static int config_from_json(json_t *root, struct cage_config **ret, struct cage_
         static const char *const keys[] = {
                 "data_dir",  "listen",    "limits",           "defaults",    "env_allowlist",
                 "secrets",   "tenants",   "mounts_allowed",   "retention_s", "idle_timeout_s",
-                "audit_log", "pool_size", "upstream_servers", "network", "pip",
+                "audit_log", "pool_size", "upstream_servers", "network",     "pip",
                 "fetch",     NULL};
         json_auto_t *empty = NULL;
         int r;
@@ -1220,6 +1267,7 @@ struct cage_config *cage_config_free(struct cage_config *cfg)
         for (size_t i = 0; i < cfg->n_tenants; i++) {
                 wipe_free(cfg->tenants[i].token, cfg->tenants[i].token_len);
                 free(cfg->tenants[i].name);
+                free(cfg->tenants[i].secrets);
         }
         free(cfg->tenants);
         for (size_t i = 0; i < cfg->n_env_allowlist; i++)
@@ -1294,6 +1342,22 @@ int cage_config_secret(const struct cage_config *cfg, const char *name, const ch
                 }
         return cage_fail(err, -ENOENT, "secrets: the server has no secret named \"%.64s\"",
                          name ? name : "");
+}
+
+bool cage_config_tenant_may_use_secret(const struct cage_config *cfg, const char *tenant,
+                                       const char *name)
+{
+        if (!cage_config_auth_required(cfg))
+                return true;
+        const struct cage_tenant *t = cage_config_tenant(cfg, tenant);
+        if (!t)
+                return false;
+        if (!t->secrets_listed)
+                return true;
+        for (size_t i = 0; i < t->n_secrets; i++)
+                if (strcmp(t->secrets[i], name) == 0)
+                        return true;
+        return false;
 }
 
 bool cage_config_env_allowed(const struct cage_config *cfg, const char *name)

@@ -67,6 +67,10 @@ struct cage_tenant {
         char *name;  /* [a-z0-9][a-z0-9_-]{0,62} */
         char *token; /* bearer token, >= 16 characters; never log it */
         size_t token_len;
+        bool operator;       /* may use operator routes (GET /v1/pool) */
+        bool secrets_listed; /* tenants[].secrets was given: only those */
+        char **secrets;      /* names of config secrets (borrowed from cfg->secrets) */
+        size_t n_secrets;
 };
 
 struct cage_secret {
@@ -93,11 +97,11 @@ struct cage_config_network {
 
 /* pip requirements: the index, the hosts the install phase may reach. */
 struct cage_config_pip {
-        char *index_url;                /* http(s)://host[:port]/path */
-        struct egress_allowlist hosts;  /* the index's host + extra_hosts */
-        char *trusted_host;             /* the index's host[:port] when it is plain http */
-        uint64_t timeout_s;             /* of one install */
-        uint64_t max_mib;               /* size of one cached layer */
+        char *index_url;               /* http(s)://host[:port]/path */
+        struct egress_allowlist hosts; /* the index's host + extra_hosts */
+        char *trusted_host;            /* the index's host[:port] when it is plain http */
+        uint64_t timeout_s;            /* of one install */
+        uint64_t max_mib;              /* size of one cached layer */
 };
 
 /* `files` by URL, fetched by the server. */
@@ -167,6 +171,13 @@ const struct cage_tenant *cage_config_tenant(const struct cage_config *cfg, cons
  * server does not know it. *value stays owned by cfg. */
 int cage_config_secret(const struct cage_config *cfg, const char *name, const char **value,
                        struct cage_error *err);
+
+/* Whether `tenant` may have secret `name` injected: every secret without
+ * tenants (the single tenant "default") or for a tenant whose entry lists
+ * no `secrets`; otherwise only those it lists. A tenant the config does
+ * not name may have none. */
+bool cage_config_tenant_may_use_secret(const struct cage_config *cfg, const char *tenant,
+                                       const char *name);
 
 /* Whether a sandbox may pass the server's variable `name` through. */
 bool cage_config_env_allowed(const struct cage_config *cfg, const char *name);

@@ -517,6 +517,22 @@ static int fill_env(const struct svc_spec *s, const struct cage_config *cfg, str
         return ok ? 0 : cage_fail(err, -EINVAL, "env: more than %d variables in all", CAGE_ENV_MAX);
 }
 
+int svc_spec_check_tenant(const struct svc_spec *s, const struct cage_config *cfg,
+                          const char *tenant, struct cage_error *err)
+{
+        size_t i;
+        const json_t *v;
+        json_array_foreach(s->secrets, i, v)
+        {
+                if (!cage_config_tenant_may_use_secret(cfg, tenant, json_string_value(v)))
+                        return cage_fail_plain(err, -EPERM,
+                                               "secrets[%zu]: \"%s\" is not a secret this tenant "
+                                               "may use (tenants[].secrets in the server's config)",
+                                               i, json_string_value(v));
+        }
+        return 0;
+}
+
 int svc_spec_to_cage(const struct svc_spec *s, const struct cage_config *cfg,
                      const char *workspace_dir, struct cage_spec *out, char **env_storage,
                      struct cage_error *err)

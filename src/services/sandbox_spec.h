@@ -40,10 +40,10 @@ struct svc_spec {
         json_t *mounts;  /* array of {source, target, writable}, source as given */
         char *resolved_mounts[CAGE_MOUNTS_MAX];
         size_t n_mounts;
-        json_t *labels; /* object of strings */
+        json_t *labels;                  /* object of strings */
         struct egress_allowlist network; /* empty: no network */
-        json_t *requirements; /* sorted array of pip requirement strings */
-        json_t *doc;    /* the normalised spec: every field, defaults filled in */
+        json_t *requirements;            /* sorted array of pip requirement strings */
+        json_t *doc;                     /* the normalised spec: every field, defaults filled in */
         /* Set by the caller before launching, not part of the spec: the
          * host directory of the installed requirements layer, or NULL. */
         const char *requirements_dir;
@@ -58,6 +58,12 @@ bool svc_name_valid(const char *name);
 int svc_spec_parse(const struct cage_config *cfg, const json_t *in, bool named,
                    const char *const *allowed_extra, struct svc_spec **ret, struct cage_error *err);
 struct svc_spec *svc_spec_free(struct svc_spec *s);
+
+/* What a spec may hold depends on who asks: -EPERM naming the field when
+ * tenant may not use one of its secrets (the config's tenants[].secrets).
+ * Checked when a sandbox is created and again before every launch. */
+int svc_spec_check_tenant(const struct svc_spec *s, const struct cage_config *cfg,
+                          const char *tenant, struct cage_error *err);
 
 /* Fills a struct cage_spec for launching (pointers into s and env_storage;
  * both must outlive the launch): limits, the mounts, the workspace (when

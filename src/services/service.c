@@ -232,7 +232,10 @@ int svc_box_start(struct cage_service *svc, const struct svc_spec *spec, const c
 {
         _cleanup_free_ char *env = NULL;
         struct cage_spec cs;
-        int r = svc_spec_to_cage(spec, svc->cfg, workspace, &cs, &env, err);
+        /* Every launch, restarts too: the config may have changed since. */
+        int r = svc_spec_check_tenant(spec, svc->cfg, tenant, err);
+        if (r == 0)
+                r = svc_spec_to_cage(spec, svc->cfg, workspace, &cs, &env, err);
         if (r == 0)
                 r = cage_box_start(&cs, ret, err);
         if (r < 0 || !spec->network.n)
@@ -432,6 +435,8 @@ int cage_service_sandbox_create(struct cage_service *svc, const char *tenant, co
         struct svc_spec *parsed = NULL;
         struct sb *sb = NULL;
         int r = svc_spec_parse(svc->cfg, spec, true, NULL, &parsed, err);
+        if (r == 0 && (r = svc_spec_check_tenant(parsed, svc->cfg, tenant, err)) < 0)
+                parsed = svc_spec_free(parsed);
         if (r == 0 && (r = reserve(svc, tenant, parsed, &sb, err)) < 0)
                 svc_spec_free(parsed);
         if (r < 0) {

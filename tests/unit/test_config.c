@@ -583,10 +583,48 @@ TEST(network_sections_are_validated)
         CHECK(refused_naming("{\"fetch\": {\"max_redirects\": 21}}", "fetch.max_redirects", NULL));
 }
 
+TEST(tenant_rights)
+{
+        char msg[CAGE_ERROR_MESSAGE_MAX];
+        struct cage_config *cfg = NULL;
+        CHECK(parse("{\"secrets\": {\"A\": {\"value\": \"" SECRET_VALUE "\"}, "
+                    "\"B\": {\"value\": \"bbbbbbbbbbbbbbbb\"}},"
+                    " \"tenants\": [{\"name\": \"alice\", \"token\": \"" TOKEN_A "\","
+                    " \"secrets\": [\"A\"], \"operator\": true},"
+                    " {\"name\": \"bob\", \"token\": \"" TOKEN_B "\", \"secrets\": []},"
+                    " {\"name\": \"carol\", \"token\": \"tokC_0123456789abcdef\"}]}",
+                    &cfg, msg) == 0);
+        if (cfg) {
+                CHECK(cage_config_tenant_may_use_secret(cfg, "alice", "A"));
+                CHECK(!cage_config_tenant_may_use_secret(cfg, "alice", "B"));
+                CHECK(!cage_config_tenant_may_use_secret(cfg, "bob", "A"));
+                CHECK(cage_config_tenant_may_use_secret(cfg, "carol", "B")); /* none listed */
+                CHECK(!cage_config_tenant_may_use_secret(cfg, "mallory", "A"));
+                CHECK(cage_config_tenant(cfg, "alice")->operator);
+                CHECK(!cage_config_tenant(cfg, "bob")->operator);
+                cage_config_free(cfg);
+        }
+        CHECK(parse("{\"secrets\": {\"A\": {\"value\": \"" SECRET_VALUE "\"}}}", &cfg, msg) == 0);
+        if (cfg) { /* without tenants, the one tenant may use every secret */
+                CHECK(cage_config_tenant_may_use_secret(cfg, "default", "A"));
+                cage_config_free(cfg);
+        }
+        CHECK(refused_naming("{\"tenants\": [{\"name\": \"a\", \"token\": \"" TOKEN_A "\","
+                             " \"secrets\": [\"NOPE\"]}]}",
+                             "tenants[0].secrets[0]", "NOPE"));
+        CHECK(refused_naming("{\"tenants\": [{\"name\": \"a\", \"token\": \"" TOKEN_A "\","
+                             " \"secrets\": \"A\"}]}",
+                             "tenants[0].secrets", NULL));
+        CHECK(refused_naming("{\"tenants\": [{\"name\": \"a\", \"token\": \"" TOKEN_A "\","
+                             " \"operator\": 1}]}",
+                             "tenants[0].operator", NULL));
+}
+
 RUN_TESTS(T(defaults_are_secure_and_valid), T(a_full_config_loads_from_a_file),
           T(unknown_keys_are_errors_naming_the_key), T(parse_errors_never_quote_secret_values),
           T(limits_and_defaults_are_range_checked), T(tenants_are_validated), T(token_lookup),
           T(listen_refuses_open_addresses_without_tokens), T(secrets_are_resolved_at_load),
           T(env_allowlist_is_validated), T(mount_allowlist), T(config_files_are_bounded),
           T(redactor_covers_secrets_and_tokens),
-          T(network_defaults_allow_names_not_private_addresses), T(network_sections_are_validated))
+          T(network_defaults_allow_names_not_private_addresses), T(network_sections_are_validated),
+          T(tenant_rights))
