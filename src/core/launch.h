@@ -22,6 +22,7 @@ enum root_entry_kind {
         ROOT_ENTRY_SYMLINK,   /* a symlink with the same target */
         ROOT_ENTRY_FILE_DATA, /* a file written from memory */
         ROOT_ENTRY_EMPTY_DIR, /* a directory */
+        ROOT_ENTRY_FILE_OVER, /* data bound read-only over a regular file of an earlier bind */
 };
 
 /* One path of the new root, relative to it (e.g. "usr", "etc/passwd"). */
@@ -29,7 +30,7 @@ struct root_entry {
         enum root_entry_kind kind;
         char path[128];
         char source[256]; /* host path (binds) or link target (symlinks) */
-        const char *data; /* FILE_DATA contents */
+        const char *data; /* FILE_DATA and FILE_OVER contents */
         size_t data_len;
 };
 

@@ -161,6 +161,30 @@ static bool reserved_top_level(const char *name)
         return false;
 }
 
+/* The image's own /etc stays, but for the files that describe this
+ * sandbox (its name and its network), which are ours when the image has
+ * them. */
+static int cover_image_etc(struct launch_plan *plan)
+{
+        static const struct {
+                const char *path;
+                const char *data;
+                size_t len;
+        } covered[] = {
+                {"etc/hosts", etc_hosts, sizeof(etc_hosts) - 1},
+                {"etc/resolv.conf", etc_resolv, sizeof(etc_resolv) - 1},
+                {"etc/hostname", etc_hostname, sizeof(etc_hostname) - 1},
+        };
+        for (size_t i = 0; i < ELEMENTSOF(covered); i++) {
+                struct root_entry *e = add_entry(plan, ROOT_ENTRY_FILE_OVER, covered[i].path, NULL);
+                if (!e)
+                        return -E2BIG;
+                e->data = covered[i].data;
+                e->data_len = covered[i].len;
+        }
+        return 0;
+}
+
 static int build_dir_image(struct launch_plan *plan, const char *dir, struct cage_error *err)
 {
         DIR *d = opendir(dir);
@@ -177,6 +201,8 @@ static int build_dir_image(struct launch_plan *plan, const char *dir, struct cag
                 r = mirror_host(plan, de->d_name, host);
         }
         closedir(d);
+        if (r == 0)
+                r = cover_image_etc(plan);
         if (r < 0)
                 return cage_fail(err, r, "image: reading \"%s\"", dir);
         return 0;

@@ -110,6 +110,43 @@ static int make_file(const char *path, const char *data, size_t len, mode_t mode
         return r;
 }
 
+static int open_in_root(int rootfd, const char *rel, uint64_t flags);
+static int attach_tree(int src_fd, int target_fd, uint64_t attrs, bool clone);
+
+/* Binds e->data read-only over the regular file e->path, which lies in an
+ * image's read-only bind (the image's own /etc/hosts, say). The data goes
+ * into a small tmpfs of its own, which is detached once its file is bound
+ * (the root tmpfs could not be made read-only with an unlinked file in
+ * use). The target resolves inside the new root, and one that is no
+ * regular file (a symlink could lead anywhere) is left as it is. */
+static int cover_file(const struct root_entry *e)
+{
+        _cleanup_close_ int rootfd = open(STAGING_ROOT, O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (rootfd < 0)
+                return -errno;
+        _cleanup_close_ int target = open_in_root(rootfd, e->path, O_PATH | O_NOFOLLOW);
+        struct stat st;
+        if (target < 0 || fstat(target, &st) < 0 || !S_ISREG(st.st_mode))
+                return 0;
+        char dir[PATH_MAX], file[PATH_MAX];
+        int r = staged(dir, sizeof(dir), ".codecage-cover");
+        if (r < 0 || (r = path_join(file, sizeof(file), dir, "data")) < 0)
+                return r;
+        if (mkdir(dir, 0700) < 0 ||
+            mount("tmpfs", dir, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=0755") < 0)
+                return -errno;
+        r = make_file(file, e->data, e->data_len, 0644);
+        _cleanup_close_ int src = r < 0 ? -1 : open(file, O_PATH | O_CLOEXEC);
+        if (r == 0)
+                r = src < 0 ? -errno
+                            : attach_tree(src, target,
+                                          MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+                                          true);
+        if (umount2(dir, MNT_DETACH) < 0 || rmdir(dir) < 0)
+                r = r < 0 ? r : -errno;
+        return r;
+}
+
 static int build_entry(const struct root_entry *e, int fd)
 {
         char dst[PATH_MAX];
@@ -131,6 +168,8 @@ static int build_entry(const struct root_entry *e, int fd)
                 return make_file(dst, e->data, e->data_len, 0644);
         case ROOT_ENTRY_EMPTY_DIR:
                 return mkdir(dst, 0755) < 0 && errno != EEXIST ? -errno : 0;
+        case ROOT_ENTRY_FILE_OVER:
+                return cover_file(e);
         }
         return -EINVAL;
 }

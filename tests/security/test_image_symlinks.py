@@ -70,3 +70,50 @@ def test_mount_below_var_tmp_lands_at_var_tmp(cage, tmp_path):
     lines = r["stdout"].split("\n")
     assert lines[0] == "payload", r
     assert "x.txt" not in lines[1:], r
+
+
+def sandbox_sh(cage, image, script):
+    p = subprocess.run([str(cage.binary), "run", "--image", str(image), "--", "/bin/sh", "-c",
+                        script], capture_output=True, text=True, timeout=30)
+    return p.returncode, p.stdout, p.stderr
+
+
+@pytest.fixture
+def busybox_image(image):
+    """A directory image with a shell, whose /etc has its own files."""
+    (image / "bin").mkdir()
+    (image / "bin" / "busybox").write_bytes(Path("/bin/busybox").read_bytes())
+    (image / "bin" / "busybox").chmod(0o755)
+    for name in ("sh", "cat", "readlink", "ls"):
+        (image / "bin" / name).symlink_to("busybox")
+    (image / "etc").mkdir()
+    return image
+
+
+@pytest.mark.skipif(not Path("/bin/busybox").exists(), reason="busybox-static is not installed")
+def test_image_etc_files_are_covered_only_when_regular_files(cage, busybox_image, host_canary):
+    """codecage binds its own hosts/resolv.conf/hostname over an image's. An
+    image whose etc/hosts is a symlink to a host file must not make the
+    launcher bind anything there (before pivot_root the link would resolve
+    on the host): the link is left as it is, and the host file untouched."""
+    canary, secret = host_canary
+    etc = busybox_image / "etc"
+    (etc / "hosts").symlink_to(str(canary))
+    (etc / "hostname").write_text("image-name\n")
+    rc, out, err = sandbox_sh(cage, busybox_image,
+                              "readlink /etc/hosts; cat /etc/hostname; cat /etc/hosts")
+    assert out.splitlines()[:2] == [str(canary), "codecage"], (rc, out, err)
+    assert secret not in out
+    assert canary.read_text() == secret
+
+
+@pytest.mark.skipif(not Path("/bin/busybox").exists(), reason="busybox-static is not installed")
+def test_image_etc_that_is_a_symlink_to_the_host_etc_is_not_covered(cage, busybox_image):
+    """etc -> /etc: resolved inside the new root it is a loop, so nothing is
+    covered and the host's /etc stays out of sight."""
+    (busybox_image / "etc").rmdir()
+    (busybox_image / "etc").symlink_to("/etc")
+    rc, out, err = sandbox_sh(cage, busybox_image, "cat /etc/hostname; ls /etc/passwd")
+    assert rc != 0 and "codecage" not in out, (rc, out, err)
+    host_name = Path("/etc/hostname").read_text().strip() if Path("/etc/hostname").exists() else None
+    assert not host_name or host_name not in out
