@@ -62,6 +62,9 @@ struct cage_spec {
         struct cage_mount mounts[CAGE_MOUNTS_MAX];
         size_t n_mounts;
         const char *workdir;         /* absolute path inside; default /workspace */
+        uint32_t uid, gid;           /* the program's ids inside (an image's User); default 1000.
+                                      * Whatever they are, they map to an unprivileged host id
+                                      * of this sandbox's own, with no capabilities. */
         uint64_t memory_bytes;       /* cgroup memory limit (incl. tmpfs pages) */
         double cpus;                 /* CPU bandwidth, may be fractional */
         uint32_t pids;               /* max processes + threads */

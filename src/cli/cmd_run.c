@@ -34,6 +34,7 @@ enum run_opt {
         OPT_OUTPUT_STOP,
         OPT_NOFILE,
         OPT_WORKDIR,
+        OPT_USER,
         OPT_STDIN,
         OPT_JSON,
         OPT_DEBUG_DISABLE,
@@ -68,6 +69,8 @@ static const struct run_option {
          "stop the run after this much output (default: never; 64 MiB with --json)"},
         {"nofile", OPT_NOFILE, "N", "open files per process (16..1048576, default 1024)"},
         {"workdir", OPT_WORKDIR, "DIR", "working directory inside (default /workspace)"},
+        {"user", OPT_USER, "UID[:GID]",
+         "the program's ids inside (default 1000:1000); mapped to an unprivileged host id"},
         {"stdin", OPT_STDIN, "FILE|-",
          "standard input: a file, or - for codecage's own (default /dev/null)"},
         {"json", OPT_JSON, NULL,
@@ -195,6 +198,26 @@ static int apply_limit_option(struct run_args *a, int id, char *v, struct cage_e
         return cage_fail(err, -EINVAL, "unknown option");
 }
 
+/* UID or UID:GID (GID defaults to UID), numeric. */
+static int parse_user(const char *v, uint32_t *uid, uint32_t *gid, struct cage_error *err)
+{
+        uint64_t u, g;
+        char copy[32];
+        if (snprintf(copy, sizeof(copy), "%s", v) >= (int)sizeof(copy))
+                return cage_fail(err, -EINVAL, "--user: \"%.40s\" is not UID[:GID]", v);
+        char *colon = strchr(copy, ':');
+        if (colon)
+                *colon = '\0';
+        int r = parse_u64_range("--user", copy, 0, UINT32_MAX - 1, &u, err);
+        if (r == 0 && colon)
+                r = parse_u64_range("--user", colon + 1, 0, UINT32_MAX - 1, &g, err);
+        if (r < 0)
+                return r;
+        *uid = (uint32_t)u;
+        *gid = (uint32_t)(colon ? g : u);
+        return 0;
+}
+
 static int apply_option(struct run_args *a, int id, char *v, struct cage_error *err)
 {
         switch (id) {
@@ -212,6 +235,8 @@ static int apply_option(struct run_args *a, int id, char *v, struct cage_error *
         case OPT_WORKDIR:
                 a->spec.workdir = v;
                 return 0;
+        case OPT_USER:
+                return parse_user(v, &a->spec.uid, &a->spec.gid, err);
         case OPT_STDIN:
                 return open_stdin(a, v, err);
         case OPT_JSON:

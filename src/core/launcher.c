@@ -237,7 +237,7 @@ static int send_sync(struct launcher *l, char what, struct cage_error *err)
  * cgroup; the second byte lets it go on once it is inside that cgroup. */
 int launcher_enter_cgroup(struct launcher *l, struct cage_error *err)
 {
-        int r = cage_userns_write_maps(l->pid, &l->slot, err);
+        int r = cage_userns_write_maps(l->pid, &l->slot, l->spec->uid, l->spec->gid, err);
         if (r == 0)
                 r = send_sync(l, SYNC_MAPS_WRITTEN, err);
         if (r == 0)

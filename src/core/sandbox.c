@@ -80,9 +80,10 @@ static void become_sandbox_user(const struct launch_plan *plan)
         /* Root's supplementary groups would still grant host group access. */
         if (plan->privileged && syscall(SYS_setgroups, 0, NULL) < 0)
                 child_fail(plan, "setgroups", errno);
-        if (syscall(SYS_setresgid, SANDBOX_GID, SANDBOX_GID, SANDBOX_GID) < 0)
+        uint32_t uid = plan->spec->uid, gid = plan->spec->gid;
+        if (syscall(SYS_setresgid, gid, gid, gid) < 0)
                 child_fail(plan, "setresgid", errno);
-        if (syscall(SYS_setresuid, SANDBOX_UID, SANDBOX_UID, SANDBOX_UID) < 0)
+        if (syscall(SYS_setresuid, uid, uid, uid) < 0)
                 child_fail(plan, "setresuid", errno);
 }
 

@@ -14,6 +14,8 @@ void cage_spec_init(struct cage_spec *spec)
         memset(spec, 0, sizeof(*spec));
         spec->image = "host";
         spec->workdir = "/workspace";
+        spec->uid = SANDBOX_UID;
+        spec->gid = SANDBOX_GID;
         spec->memory_bytes = 512 * MIB;
         spec->cpus = 1.0;
         spec->pids = 256;
@@ -158,6 +160,9 @@ int cage_spec_validate(const struct cage_spec *s, struct cage_error *err)
                 return cage_fail(err, -EINVAL,
                                  "image: \"%s\" must be \"host\" or an absolute directory",
                                  s->image ? s->image : "");
+        if (s->uid == UINT32_MAX || s->gid == UINT32_MAX)
+                return cage_fail(err, -EINVAL, "user: %u:%u is not a valid uid:gid", s->uid,
+                                 s->gid);
         if (!path_is_clean_absolute(s->workdir))
                 return cage_fail(err, -EINVAL, "workdir: \"%s\" must be a normalised absolute path",
                                  s->workdir ? s->workdir : "");

@@ -83,7 +83,8 @@ static int write_proc(pid_t pid, const char *file, const char *content)
         return write_file_at(AT_FDCWD, path, content);
 }
 
-int cage_userns_write_maps(pid_t pid, const struct id_slot *slot, struct cage_error *err)
+int cage_userns_write_maps(pid_t pid, const struct id_slot *slot, uint32_t uid, uint32_t gid,
+                           struct cage_error *err)
 {
         char map[64];
         int r;
@@ -92,13 +93,13 @@ int cage_userns_write_maps(pid_t pid, const struct id_slot *slot, struct cage_er
          * supplementary groups it inherited from root. */
         if (!slot->privileged && (r = write_proc(pid, "setgroups", "deny")) < 0)
                 return cage_fail(err, r, "writing /proc/%d/setgroups", (int)pid);
-        snprintf(map, sizeof(map), "%u %u 1\n", SANDBOX_UID, (unsigned)slot->host_uid);
+        snprintf(map, sizeof(map), "%u %u 1\n", uid, (unsigned)slot->host_uid);
         if ((r = write_proc(pid, "uid_map", map)) < 0)
-                return cage_fail(err, r, "writing uid_map \"%u %u 1\"", SANDBOX_UID,
+                return cage_fail(err, r, "writing uid_map \"%u %u 1\"", uid,
                                  (unsigned)slot->host_uid);
-        snprintf(map, sizeof(map), "%u %u 1\n", SANDBOX_GID, (unsigned)slot->host_gid);
+        snprintf(map, sizeof(map), "%u %u 1\n", gid, (unsigned)slot->host_gid);
         if ((r = write_proc(pid, "gid_map", map)) < 0)
-                return cage_fail(err, r, "writing gid_map \"%u %u 1\"", SANDBOX_GID,
+                return cage_fail(err, r, "writing gid_map \"%u %u 1\"", gid,
                                  (unsigned)slot->host_gid);
         return 0;
 }

@@ -2,7 +2,8 @@
  * writing the maps. As root every concurrent sandbox gets a distinct host uid
  * from a reserved range (a "slot", held by an flock'ed file for the life of
  * the sandbox, so a crash frees it); otherwise the caller's own uid is used,
- * as bubblewrap does. Inside, the program always runs as SANDBOX_UID. */
+ * as bubblewrap does. Inside, the program runs as spec->uid (SANDBOX_UID
+ * unless an image's User says otherwise), mapped to that host id. */
 #ifndef CODECAGE_CORE_USERNS_H
 #define CODECAGE_CORE_USERNS_H
 
@@ -25,6 +26,8 @@ struct id_slot {
 int cage_id_slot_acquire(struct id_slot *ret, struct cage_error *err);
 void cage_id_slot_release(struct id_slot *slot);
 /* Writes setgroups/uid_map/gid_map of pid's user namespace. */
-int cage_userns_write_maps(pid_t pid, const struct id_slot *slot, struct cage_error *err);
+/* Maps the program's ids inside (uid, gid) to the slot's host ids. */
+int cage_userns_write_maps(pid_t pid, const struct id_slot *slot, uint32_t uid, uint32_t gid,
+                           struct cage_error *err);
 
 #endif

@@ -1,4 +1,5 @@
-"""Privileges: the program runs as uid 1000 of its own user namespace with
+"""Privileges: the program runs as uid 1000 (or an image's user, root
+included) of its own user namespace with
 no capability in any set (bounding set included, so no exec can regain
 one), no_new_privs set, and the seccomp filter on — and setuid binaries
 cannot raise its privileges."""
@@ -26,6 +27,19 @@ def test_no_capability_in_any_set(target):
     expect(target, ok, out)
     if target.protected:
         assert out["Uid"].split() == ["1000"] * 4 and out["Gid"].split() == ["1000"] * 4
+
+
+@pair("caps")
+def test_uid_0_inside_holds_no_capability_either(target):
+    """An image may ask for root (its User): uid 0 of the sandbox's own
+    namespace, mapped to an unprivileged host id, still with no capability
+    in any set — exec as uid 0 regains none from an empty bounding set."""
+    out, r = target.probe_json("caps", options=("--user", "0"))
+    assert out, r
+    ok = any(int(out[k], 16) for k in CAP_SETS)
+    expect(target, ok, out)
+    if target.protected:
+        assert out["Uid"].split() == ["0"] * 4, out
 
 
 def runs_without_no_new_privs(target):
