@@ -22,6 +22,7 @@ int cmd_run(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
 int cmd_sandbox(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_image(int argc, char **argv);
 /* MCP (cmd_mcp.c): `codecage mcp`, and the --mcp-* options of serve, taken
  * out of argv before cmd_serve() sees it (-EINVAL after a message). */
 int cmd_mcp(int argc, char **argv);

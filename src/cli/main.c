@@ -17,6 +17,7 @@ static const struct {
         {"doctor", cmd_doctor, "check what this host supports and how to fix what it lacks"},
         {"serve", cmd_serve, "serve the HTTP API (docs/API.md) until SIGINT/SIGTERM"},
         {"sandbox", cmd_sandbox, "manage named sandboxes on a running codecage serve"},
+        {"image", cmd_image, "pull, import, list and remove images in the local store"},
         /* MCP (cmd_mcp.c) */
         {"mcp", cmd_mcp, "serve MCP over stdio for agents (docs/MCP.md)"},
 };

@@ -1,0 +1,536 @@
+/* Applying one layer (a tar, gzip/zstd-compressed or not) to an image's
+ * root directory, never trusting the archive (docs/IMAGES.md, "Security of
+ * unpacking"). libarchive only reads: every file is created here, beneath
+ * the root's fd, so nothing the archive says decides where a write lands.
+ *
+ *  - entry names are relative, without ".." (image-path); every parent is
+ *    opened with openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS), so no
+ *    entry is written through a symlink, whoever made it (image-symlink);
+ *    the last component is created with O_EXCL / O_NOFOLLOW semantics after
+ *    what was there is removed;
+ *  - hard links name a regular file made earlier in the same layer
+ *    (image-hardlink);
+ *  - device nodes, FIFOs and sockets are dropped (image-devices); setuid
+ *    and setgid bits are stripped and no extended attribute is restored, so
+ *    no file capability lands (image-setuid); files belong to the store's
+ *    owner, not to the uids the archive names;
+ *  - whiteouts `.wh.NAME` remove NAME from lower layers, `.wh..wh..opq`
+ *    empties its directory of lower layers' entries; a whiteout naming ".",
+ *    ".." or nothing is refused (image-whiteout);
+ *  - entries, file bytes (logical sizes: a sparse file counts in full) and
+ *    path lengths are bounded per layer (image-bounds).
+ * A refused entry fails the whole layer; the caller then discards the root
+ * it was building, so the store never sees a half-applied image. */
+#include <archive.h>
+#include <archive_entry.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include "images/images_private.h"
+#include "util/cleanup.h"
+#include "util/error.h"
+
+#define OPAQUE_MARKER  ".wh..wh..opq"
+#define DEPTH_MAX      256                 /* path components of an entry */
+#define PATH_BYTES_MAX (256 * 1024 * 1024) /* all entry names of a layer */
+#define READ_BLOCK     (64 * 1024)
+
+/* ---- the set of paths this layer made (whiteouts and hard links) ---- */
+
+struct path_set {
+        char **slots;
+        size_t cap, n, bytes;
+};
+
+static uint64_t hash_path(const char *s)
+{
+        uint64_t h = 1469598103934665603ULL;
+        for (; *s; s++)
+                h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+        return h;
+}
+
+static char **set_slot(const struct path_set *set, const char *s)
+{
+        size_t i = hash_path(s) & (set->cap - 1);
+        while (set->slots[i] && strcmp(set->slots[i], s) != 0)
+                i = (i + 1) & (set->cap - 1);
+        return &set->slots[i];
+}
+
+static bool set_has(const struct path_set *set, const char *s)
+{
+        return set->cap && *set_slot(set, s);
+}
+
+static int set_grow(struct path_set *set)
+{
+        struct path_set bigger = {
+                .cap = set->cap ? set->cap * 2 : 1024, .n = set->n, .bytes = set->bytes};
+        bigger.slots = calloc(bigger.cap, sizeof(char *));
+        if (!bigger.slots)
+                return -ENOMEM;
+        for (size_t i = 0; i < set->cap; i++)
+                if (set->slots[i])
+                        *set_slot(&bigger, set->slots[i]) = set->slots[i];
+        free(set->slots);
+        *set = bigger;
+        return 0;
+}
+
+static int set_add(struct path_set *set, const char *s)
+{
+        if ((set->n + 1) * 2 > set->cap && set_grow(set) < 0)
+                return -ENOMEM;
+        char **slot = set_slot(set, s);
+        if (*slot)
+                return 0;
+        if (!(*slot = strdup(s)))
+                return -ENOMEM;
+        set->n++;
+        set->bytes += strlen(s) + 1;
+        return 0;
+}
+
+static void set_free(struct path_set *set)
+{
+        for (size_t i = 0; i < set->cap; i++)
+                free(set->slots[i]);
+        free(set->slots);
+}
+
+/* ---- resolving beneath the root ---- */
+
+struct layer {
+        int root_fd;
+        struct archive *a;
+        const struct unpack_limits *limits;
+        uint64_t bytes, entries;
+        struct path_set made;
+        struct cage_error *err;
+};
+
+static uint64_t resolve_flags(void)
+{
+        if (!image_guard_on(GUARD_SYMLINK))
+                return 0;
+        return RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+}
+
+static int openat2_dir(int dfd, const char *path)
+{
+        struct open_how how = {.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
+                               .resolve = resolve_flags()};
+        for (int i = 0; i < 8; i++) {
+                long fd = syscall(SYS_openat2, dfd, path, &how, sizeof(how));
+                if (fd >= 0)
+                        return (int)fd;
+                if (errno != EAGAIN && errno != EINTR)
+                        return -errno;
+        }
+        return -EAGAIN;
+}
+
+/* Opens the directory rel (a clean relative path, "" for the root) beneath
+ * root_fd, creating missing components (mode 0755) on the way. */
+static int open_dir_p(int root_fd, const char *rel)
+{
+        int fd = openat2_dir(root_fd, rel[0] ? rel : ".");
+        if (fd != -ENOENT)
+                return fd;
+        _cleanup_close_ int cur = openat2_dir(root_fd, ".");
+        char comp[NAME_MAX + 1];
+        for (const char *p = rel; *p;) {
+                size_t n = strcspn(p, "/");
+                if (cur < 0 || n > NAME_MAX)
+                        return cur < 0 ? cur : -ENAMETOOLONG;
+                memcpy(comp, p, n);
+                comp[n] = '\0';
+                if (mkdirat(cur, comp, 0755) < 0 && errno != EEXIST)
+                        return -errno;
+                int next = openat2_dir(cur, comp);
+                close(cur);
+                cur = next;
+                p += n + (p[n] == '/');
+        }
+        return TAKE_FD(cur);
+}
+
+/* ---- removing ---- */
+
+static int remove_children(int dir_fd, const struct path_set *keep, const char *prefix);
+
+int remove_tree_at(int dfd, const char *name)
+{
+        if (unlinkat(dfd, name, 0) == 0 || errno == ENOENT)
+                return 0;
+        if (errno != EISDIR && errno != EPERM)
+                return -errno;
+        int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        int r = remove_children(fd, NULL, NULL);
+        if (r < 0)
+                return r;
+        return unlinkat(dfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT ? -errno : 0;
+}
+
+/* Removes the entries of dir_fd (takes it over), except those whose path
+ * prefix/NAME is in keep. */
+static int remove_children(int dir_fd, const struct path_set *keep, const char *prefix)
+{
+        _cleanup_closedir_ DIR *d = fdopendir(dir_fd);
+        if (!d) {
+                close(dir_fd);
+                return -errno;
+        }
+        struct dirent *de;
+        char path[IMAGE_PATH_MAX + NAME_MAX + 2];
+        while ((de = readdir(d))) {
+                if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+                        continue;
+                if (keep) {
+                        snprintf(path, sizeof(path), "%s%s%s", prefix, prefix[0] ? "/" : "",
+                                 de->d_name);
+                        if (set_has(keep, path))
+                                continue;
+                }
+                int r = remove_tree_at(dirfd(d), de->d_name);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+/* ---- entry names ---- */
+
+static int fail_entry(struct layer *l, int code, const char *name, const char *why)
+{
+        return cage_fail_plain(l->err, code, "layer entry \"%.200s\": %s", name, why);
+}
+
+/* Turns an archive name into a clean relative path ("./a//b/" -> "a/b"). */
+static int clean_path(struct layer *l, const char *name, char *out, size_t size)
+{
+        size_t depth = 0, o = 0;
+        if (name[0] == '/')
+                out[o++] = '/'; /* kept only when the path guard is off */
+        if (strlen(name) > IMAGE_PATH_MAX && image_guard_on(GUARD_BOUNDS))
+                return fail_entry(l, -ENAMETOOLONG, "(long)", "path longer than 4096 bytes");
+        if (name[0] == '/' && image_guard_on(GUARD_PATH))
+                return fail_entry(l, -EPERM, name, "absolute path refused");
+        for (const char *p = name; *p;) {
+                size_t n = strcspn(p, "/");
+                bool dotdot = n == 2 && p[0] == '.' && p[1] == '.';
+                if (dotdot && image_guard_on(GUARD_PATH))
+                        return fail_entry(l, -EPERM, name, "\"..\" refused");
+                if (n > 0 && !(n == 1 && p[0] == '.')) {
+                        if (o + n + 2 > size || ++depth > DEPTH_MAX)
+                                return fail_entry(l, -ENAMETOOLONG, name, "path too deep");
+                        if (o && out[o - 1] != '/')
+                                out[o++] = '/';
+                        memcpy(out + o, p, n);
+                        o += n;
+                }
+                p += n + (p[n] == '/');
+        }
+        out[o] = '\0';
+        return 0;
+}
+
+static void split_parent(char *path, const char **ret_parent, const char **ret_base)
+{
+        char *slash = strrchr(path, '/');
+        if (!slash) {
+                *ret_parent = "";
+                *ret_base = path;
+                return;
+        }
+        *slash = '\0';
+        *ret_parent = path;
+        *ret_base = slash + 1;
+}
+
+/* ---- entries ---- */
+
+static mode_t entry_mode(struct archive_entry *e)
+{
+        mode_t mode = archive_entry_perm(e) & 07777;
+        if (image_guard_on(GUARD_SETUID))
+                mode &= ~(mode_t)(S_ISUID | S_ISGID);
+        return mode;
+}
+
+static void set_times(int parent_fd, const char *base, struct archive_entry *e)
+{
+        struct timespec ts[2] = {{archive_entry_mtime(e), archive_entry_mtime_nsec(e)},
+                                 {archive_entry_mtime(e), archive_entry_mtime_nsec(e)}};
+        utimensat(parent_fd, base, ts, AT_SYMLINK_NOFOLLOW);
+}
+
+static int write_data(struct layer *l, int fd, const char *name, int64_t size)
+{
+        const void *buf;
+        size_t len;
+        la_int64_t off;
+        int r;
+        while ((r = archive_read_data_block(l->a, &buf, &len, &off)) == ARCHIVE_OK) {
+                if (off < 0 || (int64_t)len > size || off > size - (int64_t)len)
+                        return fail_entry(l, -EBADMSG, name, "data beyond the entry's size");
+                for (size_t done = 0; done < len;) {
+                        ssize_t n =
+                                pwrite(fd, (const char *)buf + done, len - done, off + (off_t)done);
+                        if (n < 0 && errno != EINTR)
+                                return cage_fail(l->err, -errno, "layer entry \"%.200s\"", name);
+                        done += n > 0 ? (size_t)n : 0;
+                }
+        }
+        if (r != ARCHIVE_EOF)
+                return cage_fail_plain(l->err, -EBADMSG, "layer entry \"%.200s\": %s", name,
+                                       archive_error_string(l->a));
+        return ftruncate(fd, size) < 0 ? cage_fail(l->err, -errno, "layer entry \"%.200s\"", name)
+                                       : 0;
+}
+
+static int make_file(struct layer *l, struct archive_entry *e, int parent_fd, const char *base,
+                     const char *name)
+{
+        int64_t size = archive_entry_size(e);
+        if (size < 0)
+                return fail_entry(l, -EBADMSG, name, "negative size");
+        l->bytes += (uint64_t)size;
+        if (l->bytes > l->limits->max_bytes && image_guard_on(GUARD_BOUNDS))
+                return cage_fail_plain(l->err, -EFBIG,
+                                       "layer: more than %llu bytes of files "
+                                       "(at \"%.200s\")",
+                                       (unsigned long long)l->limits->max_bytes, name);
+        _cleanup_close_ int fd =
+                openat(parent_fd, base, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0)
+                return cage_fail(l->err, -errno, "layer entry \"%.200s\"", name);
+        int r = write_data(l, fd, name, size);
+        if (r < 0)
+                return r;
+        return fchmod(fd, entry_mode(e)) < 0 ? -errno : 0;
+}
+
+static int make_hardlink(struct layer *l, const char *target, int parent_fd, const char *base,
+                         const char *name)
+{
+        char clean[IMAGE_PATH_MAX + 1];
+        if (!image_guard_on(GUARD_HARDLINK))
+                return linkat(l->root_fd, target, parent_fd, base, 0) < 0 ? -errno : 0;
+        int r = clean_path(l, target, clean, sizeof(clean));
+        if (r < 0)
+                return r;
+        if (!clean[0] || !set_has(&l->made, clean))
+                return fail_entry(l, -EPERM, name,
+                                  "hard link to a file that is not earlier in the same layer");
+        const char *tparent, *tbase;
+        split_parent(clean, &tparent, &tbase);
+        _cleanup_close_ int tfd = open_dir_p(l->root_fd, tparent);
+        struct stat st;
+        if (tfd < 0 || fstatat(tfd, tbase, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
+                return fail_entry(l, -EPERM, name, "hard link to something not a regular file");
+        return linkat(tfd, tbase, parent_fd, base, 0) < 0 ? -errno : 0;
+}
+
+static int make_node(struct layer *l, struct archive_entry *e, int parent_fd, const char *base,
+                     const char *name)
+{
+        mode_t type = archive_entry_filetype(e);
+        if (image_guard_on(GUARD_DEVICES))
+                return 0; /* dropped: a sandbox gets its own minimal /dev */
+        if (mknodat(parent_fd, base, type | entry_mode(e), archive_entry_rdev(e)) < 0)
+                return cage_fail(l->err, -errno, "layer entry \"%.200s\"", name);
+        return 0;
+}
+
+static int make_dir(struct layer *l, struct archive_entry *e, int parent_fd, const char *base,
+                    const char *name)
+{
+        struct stat st;
+        if (fstatat(parent_fd, base, &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISDIR(st.st_mode)) {
+                int r = remove_tree_at(parent_fd, base);
+                if (r < 0)
+                        return cage_fail(l->err, r, "layer entry \"%.200s\"", name);
+        }
+        if (mkdirat(parent_fd, base, 0700) < 0 && errno != EEXIST)
+                return cage_fail(l->err, -errno, "layer entry \"%.200s\"", name);
+        if (fchmodat(parent_fd, base, entry_mode(e), 0) < 0)
+                return cage_fail(l->err, -errno, "layer entry \"%.200s\"", name);
+        return 0;
+}
+
+static int make_entry(struct layer *l, struct archive_entry *e, int parent_fd, const char *base,
+                      const char *name)
+{
+        mode_t type = archive_entry_filetype(e);
+        const char *hardlink = archive_entry_hardlink(e);
+        if (type == AE_IFDIR)
+                return make_dir(l, e, parent_fd, base, name);
+        int r = remove_tree_at(parent_fd, base);
+        if (r < 0)
+                return cage_fail(l->err, r, "layer entry \"%.200s\"", name);
+        if (hardlink)
+                return make_hardlink(l, hardlink, parent_fd, base, name);
+        if (type == AE_IFREG)
+                return make_file(l, e, parent_fd, base, name);
+        if (type == AE_IFLNK) {
+                const char *target = archive_entry_symlink(e);
+                if (!target || strlen(target) > IMAGE_PATH_MAX)
+                        return fail_entry(l, -EBADMSG, name, "symlink without a valid target");
+                return symlinkat(target, parent_fd, base) < 0
+                               ? cage_fail(l->err, -errno, "layer entry \"%.200s\"", name)
+                               : 0;
+        }
+        if (type == AE_IFCHR || type == AE_IFBLK || type == AE_IFIFO || type == AE_IFSOCK)
+                return make_node(l, e, parent_fd, base, name);
+        return fail_entry(l, -EBADMSG, name, "unknown entry type");
+}
+
+static int apply_whiteout(struct layer *l, int parent_fd, const char *parent, const char *base,
+                          const char *name)
+{
+        if (strcmp(base, OPAQUE_MARKER) == 0) {
+                int dfd = openat(parent_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                if (dfd < 0)
+                        return cage_fail(l->err, -errno, "layer entry \"%.200s\"", name);
+                int r = remove_children(dfd, &l->made, parent);
+                return r < 0 ? cage_fail(l->err, r, "layer entry \"%.200s\"", name) : 0;
+        }
+        const char *victim = base + 4;
+        bool bad = !victim[0] || strcmp(victim, ".") == 0 || strcmp(victim, "..") == 0;
+        if (bad && image_guard_on(GUARD_WHITEOUT))
+                return fail_entry(l, -EPERM, name, "whiteout of \".\", \"..\" or nothing");
+        char path[IMAGE_PATH_MAX + 2];
+        snprintf(path, sizeof(path), "%s%s%s", parent, parent[0] ? "/" : "", victim);
+        if (set_has(&l->made, path))
+                return 0; /* a whiteout hides lower layers only */
+        int r = remove_tree_at(parent_fd, victim);
+        return r < 0 ? cage_fail(l->err, r, "layer entry \"%.200s\"", name) : 0;
+}
+
+static int count_entry(struct layer *l)
+{
+        if (!image_guard_on(GUARD_BOUNDS))
+                return 0;
+        if (++l->entries > l->limits->max_entries)
+                return cage_fail_plain(l->err, -E2BIG, "layer: more than %llu entries",
+                                       (unsigned long long)l->limits->max_entries);
+        if (l->made.bytes > PATH_BYTES_MAX)
+                return cage_fail_plain(l->err, -E2BIG, "layer: more than %d bytes of names",
+                                       PATH_BYTES_MAX);
+        return 0;
+}
+
+static int unpack_entry(struct layer *l, struct archive_entry *e)
+{
+        char path[IMAGE_PATH_MAX + 1], name[IMAGE_PATH_MAX + 1];
+        int r = count_entry(l);
+        if (r < 0 || (r = clean_path(l, archive_entry_pathname(e), path, sizeof(path))) < 0)
+                return r;
+        if (!path[0])
+                return 0; /* the root itself: its mode is the store's */
+        memcpy(name, path, sizeof(name));
+        const char *parent, *base;
+        split_parent(path, &parent, &base);
+        _cleanup_close_ int parent_fd = open_dir_p(l->root_fd, parent);
+        if (parent_fd < 0)
+                return cage_fail(l->err, parent_fd, "layer entry \"%.200s\"%s", name,
+                                 parent_fd == -ELOOP || parent_fd == -EXDEV
+                                         ? ": its path goes through a symbolic link"
+                                         : "");
+        if (strncmp(base, ".wh.", 4) == 0)
+                return apply_whiteout(l, parent_fd, parent, base, name);
+        if ((r = make_entry(l, e, parent_fd, base, name)) < 0)
+                return l->err->message[0] ? r
+                                          : cage_fail(l->err, r, "layer entry \"%.200s\"", name);
+        if (archive_entry_filetype(e) != AE_IFLNK)
+                set_times(parent_fd, base, e);
+        return set_add(&l->made, name) < 0 ? cage_fail(l->err, -ENOMEM, "layer") : 0;
+}
+
+static struct archive *open_archive(int fd, bool raw, struct cage_error *err)
+{
+        struct archive *a = archive_read_new();
+        if (!a)
+                return NULL;
+        archive_read_support_filter_all(a);
+        if (raw)
+                archive_read_support_format_raw(a);
+        else
+                archive_read_support_format_tar(a);
+        if (archive_read_open_fd(a, fd, READ_BLOCK) != ARCHIVE_OK) {
+                cage_fail_plain(err, -EBADMSG, "layer: %s", archive_error_string(a));
+                archive_read_free(a);
+                return NULL;
+        }
+        return a;
+}
+
+int unpack_layer(int root_fd, int blob_fd, const struct unpack_limits *limits, uint64_t *ret_bytes,
+                 struct cage_error *err)
+{
+        struct layer l = {.root_fd = root_fd, .limits = limits, .err = err};
+        cage_error_clear(err);
+        l.a = open_archive(blob_fd, false, err);
+        if (!l.a)
+                return err->code ? err->code : -ENOMEM;
+        struct archive_entry *e;
+        int r = 0, ar;
+        while (r >= 0 && (ar = archive_read_next_header(l.a, &e)) == ARCHIVE_OK)
+                r = unpack_entry(&l, e);
+        if (r >= 0 && ar != ARCHIVE_EOF)
+                r = cage_fail_plain(err, -EBADMSG, "layer: not a valid tar (%s)",
+                                    archive_error_string(l.a));
+        archive_read_free(l.a);
+        set_free(&l.made);
+        if (r >= 0 && ret_bytes)
+                *ret_bytes = l.bytes;
+        return r < 0 ? r : 0;
+}
+
+int layer_diff_id(int blob_fd, uint64_t max_bytes, char ret[CAGE_IMAGE_DIGEST_LEN + 1],
+                  struct cage_error *err)
+{
+        struct archive *a = open_archive(blob_fd, true, err);
+        struct archive_entry *e;
+        if (!a)
+                return err && err->code ? err->code : -ENOMEM;
+        EVP_MD_CTX *md = EVP_MD_CTX_new();
+        int r = md && EVP_DigestInit_ex(md, EVP_sha256(), NULL) ? 0 : -ENOMEM;
+        uint64_t total = 0;
+        if (r == 0 && archive_read_next_header(a, &e) != ARCHIVE_OK)
+                r = cage_fail_plain(err, -EBADMSG, "layer: %s", archive_error_string(a));
+        char buf[READ_BLOCK];
+        la_ssize_t n = 0;
+        while (r == 0 && (n = archive_read_data(a, buf, sizeof(buf))) > 0) {
+                total += (uint64_t)n;
+                if (total > max_bytes)
+                        r = cage_fail_plain(err, -EFBIG, "layer: more than %llu bytes",
+                                            (unsigned long long)max_bytes);
+                else
+                        EVP_DigestUpdate(md, buf, (size_t)n);
+        }
+        if (r == 0 && n < 0)
+                r = cage_fail_plain(err, -EBADMSG, "layer: %s", archive_error_string(a));
+        unsigned char d[32];
+        unsigned int dl;
+        if (r == 0 && EVP_DigestFinal_ex(md, d, &dl)) {
+                memcpy(ret, "sha256:", 7);
+                for (int i = 0; i < 32; i++)
+                        snprintf(ret + 7 + 2 * i, 3, "%02x", d[i]);
+        }
+        EVP_MD_CTX_free(md);
+        archive_read_free(a);
+        return r;
+}
