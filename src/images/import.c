@@ -407,8 +407,10 @@ int cage_image_import(struct cage_image_store *store, const char *path, const ch
                 r = hold < 0 ? hold : import_source(&im, path, err);
         }
         json_decref(im.src.staged);
+        /* The archive's own files (manifest.json, ...) and, after a failure,
+         * everything this import put in: no image uses them. */
+        store_collect_blobs(store);
         if (r < 0) {
-                store_collect_blobs(store); /* what this import put in and nothing uses */
                 json_decref(im.out);
                 return r;
         }

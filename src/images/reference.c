@@ -201,8 +201,10 @@ int cage_image_ref_parse(const char *s, struct cage_image_ref *ret, struct cage_
                 return rc;
         if (!r.tag[0] && !r.digest[0])
                 strcpy(r.tag, "latest");
-        snprintf(r.full, sizeof(r.full), "%s/%s%s%s%s%s", r.registry, r.repository,
-                 r.tag[0] ? ":" : "", r.tag, r.digest[0] ? "@" : "", r.digest);
+        int n = snprintf(r.full, sizeof(r.full), "%s/%s%s%s%s%s", r.registry, r.repository,
+                         r.tag[0] ? ":" : "", r.tag, r.digest[0] ? "@" : "", r.digest);
+        if (n < 0 || (size_t)n >= sizeof(r.full))
+                return fail_ref(err, s, "longer than 511 characters");
         *ret = r;
         return 0;
 }

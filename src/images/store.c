@@ -965,9 +965,13 @@ int cage_image_pull(struct cage_image_store *s, const char *ref, const struct ca
                 _cleanup_close_ int hold = store_hold_blobs(s, err);
                 if (hold < 0)
                         return hold;
-                if ((rc = registry_pull(s, &r, op, manifest, err)) < 0 ||
-                    (rc = store_commit(s, manifest, refs, op, id, err)) < 0)
-                        return rc;
+                rc = registry_pull(s, &r, op, manifest, err);
+                if (rc >= 0)
+                        rc = store_commit(s, manifest, refs, op, id, err);
+        }
+        if (rc < 0) {
+                store_collect_blobs(s); /* a failed pull leaves no blob nothing uses */
+                return rc;
         }
         if (s->cfg->max_store_bytes) {
                 struct cage_image *pin = NULL;

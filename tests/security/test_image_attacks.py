@@ -1,0 +1,336 @@
+"""Hostile images: layers and archives that try to write or link outside the
+image, plant devices or setuid files, wipe the store through a whiteout,
+exhaust the disk, or slip in content that does not match its digest.
+
+Each attack is imported with `codecage image import` twice (the pair style
+of seclib): by the normal build, where it must fail to do harm -- the host
+and the store are left exactly as they were -- and by the unsafe debug
+build with that protection switched off (CODECAGE_DEBUG_DISABLE naming it,
+see src/images/images_private.h), where the harm must happen, so each test
+shows that its protection is what stops it."""
+import os
+import stat
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+import imagelib as il
+from conftest import BUILD, DEBUG_BUILD
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0,
+                                reason="device nodes and setuid files need root to be planted")
+
+
+def pair(switch):
+    return pytest.mark.parametrize("target", [None, switch], indirect=True,
+                                   ids=["protected", switch])
+
+
+@pytest.fixture
+def target(request, tmp_path):
+    """`codecage image` of the normal build (param None) or of the unsafe
+    build with the named protections off."""
+    switch = request.param
+    env = dict(os.environ)
+    if switch:
+        env["CODECAGE_DEBUG_DISABLE"] = switch
+    images = il.Images(DEBUG_BUILD if switch else BUILD, tmp_path, env=env)
+    images.protected = switch is None
+    images.ok("ls")  # the store exists before the first snapshot
+    return images
+
+
+@pytest.fixture
+def outside(tmp_path):
+    """A host directory no image may touch."""
+    p = tmp_path / "outside"
+    p.mkdir()
+    return p
+
+
+def import_layers(images, tmp_path, layers, name="evil"):
+    archive = tmp_path / f"{name}.tar"
+    il.docker_save(archive, layers, tags=[f"{name}:1"])
+    return images.run("import", str(archive))
+
+
+def base_image(images, tmp_path):
+    """A good image already in the store, which an attack must not harm."""
+    archive = tmp_path / "base.tar"
+    il.docker_save(archive, [il.busybox_layer()], tags=["base:1"])
+    images.ok("import", str(archive))
+    return images.rootfs("base:1")
+
+
+def expect_refused(images, proc, before):
+    """The protected build refuses the import and changes nothing."""
+    assert proc.returncode != 0, proc.stdout
+    assert "codecage: image import:" in proc.stderr
+    assert images.snapshot() == before
+
+
+@pair("image-path,image-symlink")
+def test_dotdot_path_writes_outside(target, tmp_path, outside):
+    base_image(target, tmp_path)
+    before = target.snapshot()
+    ups = "../" * 40
+    layer = il.tar_bytes([il.f(f"{ups}{str(outside)[1:]}/pwned", b"escaped")])
+    proc = import_layers(target, tmp_path, [layer])
+    if target.protected:
+        expect_refused(target, proc, before)
+        assert '".." refused' in proc.stderr
+    assert (outside / "pwned").exists() != target.protected
+
+
+@pair("image-path,image-symlink")
+def test_absolute_path_writes_outside(target, tmp_path, outside):
+    base_image(target, tmp_path)
+    before = target.snapshot()
+    layer = il.tar_bytes([il.f(f"{outside}/pwned", b"escaped")])
+    proc = import_layers(target, tmp_path, [layer])
+    if target.protected:
+        expect_refused(target, proc, before)
+        assert "absolute path refused" in proc.stderr
+    assert (outside / "pwned").exists() != target.protected
+
+
+@pair("image-symlink")
+def test_write_through_a_symlink_in_the_same_layer(target, tmp_path, outside):
+    base_image(target, tmp_path)
+    before = target.snapshot()
+    layer = il.tar_bytes([il.sym("escape", str(outside)), il.f("escape/pwned", b"escaped")])
+    proc = import_layers(target, tmp_path, [layer])
+    if target.protected:
+        expect_refused(target, proc, before)
+        assert "symbolic link" in proc.stderr
+    assert (outside / "pwned").exists() != target.protected
+
+
+@pair("image-symlink")
+def test_write_through_a_symlink_of_a_lower_layer(target, tmp_path, outside):
+    """The symlink comes in layer 1 (legal on its own), the write in layer 2."""
+    before = target.snapshot()
+    lower = il.tar_bytes([il.sym("escape", "../" * 40 + str(outside)[1:])])
+    upper = il.tar_bytes([il.f("escape/pwned", b"escaped")])
+    proc = import_layers(target, tmp_path, [lower, upper])
+    if target.protected:
+        expect_refused(target, proc, before)
+    assert (outside / "pwned").exists() != target.protected
+
+
+@pair("image-hardlink")
+def test_hard_link_to_a_host_file(target, tmp_path, outside):
+    secret = outside / "secret"
+    secret.write_text("host secret\n")
+    base_image(target, tmp_path)
+    before = target.snapshot()
+    layer = il.tar_bytes([il.hard("stolen", str(secret))])
+    proc = import_layers(target, tmp_path, [layer])
+    if target.protected:
+        expect_refused(target, proc, before)
+        assert "absolute path refused" in proc.stderr  # the link's target is an entry name
+        assert secret.stat().st_nlink == 1
+    else:
+        assert proc.returncode == 0, proc.stderr
+        assert os.path.samefile(target.rootfs("evil:1") / "stolen", secret)
+
+
+@pair("image-hardlink")
+def test_hard_link_to_a_lower_layer_file(target, tmp_path):
+    """Hard links name files of their own layer only (a lower layer's file
+    would be shared, inode and all, between the two names)."""
+    before = target.snapshot()
+    lower = il.tar_bytes([il.f("etc/shadow", b"root:x:\n", 0o600)])
+    upper = il.tar_bytes([il.hard("copy", "etc/shadow")])
+    proc = import_layers(target, tmp_path, [lower, upper])
+    if target.protected:
+        expect_refused(target, proc, before)
+    else:
+        assert proc.returncode == 0, proc.stderr
+        root = target.rootfs("evil:1")
+        assert os.path.samefile(root / "copy", root / "etc/shadow")
+
+
+def find_nodes(root):
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        for n in dirnames + filenames:
+            mode = os.lstat(os.path.join(dirpath, n)).st_mode
+            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISFIFO(mode):
+                found.append(n)
+    return found
+
+
+@pair("image-devices")
+def test_device_nodes_and_fifos(target, tmp_path):
+    layer = il.tar_bytes([
+        il.d("dev"),
+        {"name": "dev/mem", "type": tarfile.CHRTYPE, "devmajor": 1, "devminor": 1, "mode": 0o666},
+        {"name": "dev/sda", "type": tarfile.BLKTYPE, "devmajor": 8, "devminor": 0, "mode": 0o666},
+        {"name": "pipe", "type": tarfile.FIFOTYPE, "mode": 0o666},
+        il.f("ok", b"kept"),
+    ])
+    proc = import_layers(target, tmp_path, [layer])
+    assert proc.returncode == 0, proc.stderr  # dropped, not refused
+    root = target.rootfs("evil:1")
+    assert (root / "ok").read_bytes() == b"kept"
+    assert bool(find_nodes(target.store)) != target.protected
+
+
+@pair("image-setuid")
+def test_setuid_and_setgid_files(target, tmp_path):
+    layer = il.tar_bytes([
+        il.f("bin/rootshell", il.BUSYBOX.read_bytes(), 0o4755),
+        il.f("bin/groupshell", b"x", 0o2755),
+        il.d("shared", 0o3777),
+    ])
+    proc = import_layers(target, tmp_path, [layer])
+    assert proc.returncode == 0, proc.stderr  # stripped, not refused
+    root = target.rootfs("evil:1")
+    modes = [os.lstat(root / p).st_mode for p in ("bin/rootshell", "bin/groupshell", "shared")]
+    planted = any(m & (stat.S_ISUID | stat.S_ISGID) for m in modes)
+    assert planted != target.protected
+    assert os.lstat(root / "bin/rootshell").st_uid == 0
+    assert modes[2] & stat.S_ISVTX  # the sticky bit is harmless and kept
+
+
+def test_file_capabilities_are_never_restored(tmp_path):
+    """A layer's security.capability xattr (a file capability: privilege
+    without setuid) is not written; no extended attribute is. Normal build
+    only: no switch restores xattrs, the unpacker never writes any."""
+    images = il.Images(BUILD, tmp_path)
+    archive = tmp_path / "caps.tar"
+    info = {"name": "bin/capped", "data": b"x", "mode": 0o755}
+    import io
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        ti = tarfile.TarInfo(info["name"])
+        ti.size, ti.mode = 1, 0o755
+        # cap_setuid+ep, as `setcap` stores it (VFS_CAP_REVISION_2)
+        ti.pax_headers = {"SCHILY.xattr.security.capability":
+                          "\x01\x00\x00\x02\x80\x00\x00\x00\x80\x00\x00\x00\x00\x00\x00\x00"
+                          "\x00\x00\x00\x00"}
+        tar.addfile(ti, io.BytesIO(b"x"))
+    il.docker_save(archive, [buf.getvalue()], tags=["caps:1"])
+    images.ok("import", str(archive))
+    path = images.rootfs("caps:1") / "bin/capped"
+    assert path.read_bytes() == b"x"
+    assert os.listxattr(path, follow_symlinks=False) == []
+
+
+@pair("image-whiteout")
+def test_whiteout_of_dotdot_wipes_the_store(target, tmp_path):
+    """`.wh...` names ".." of the image root: the store's roots directory,
+    every other image."""
+    base = base_image(target, tmp_path)
+    before = target.snapshot()
+    layer = il.tar_bytes([il.f(".wh...")])
+    proc = import_layers(target, tmp_path, [layer])
+    if target.protected:
+        expect_refused(target, proc, before)
+        assert "whiteout" in proc.stderr
+    assert (base / "bin/busybox").exists() == target.protected
+
+
+@pair("image-bounds")
+def test_huge_sparse_file(target, tmp_path):
+    """200 GiB of holes in a few KiB of tar, beyond the 16 GiB default."""
+    work = tmp_path / "sparse"
+    work.mkdir()
+    subprocess.run(["truncate", "-s", "200G", str(work / "big")], check=True)
+    subprocess.run(["tar", "--sparse", "-C", str(work), "-cf", str(tmp_path / "layer.tar"), "big"],
+                   check=True)
+    (work / "big").unlink()
+    layer = (tmp_path / "layer.tar").read_bytes()
+    assert len(layer) < 1024 * 1024
+    before = target.snapshot()
+    proc = import_layers(target, tmp_path, [layer])
+    if target.protected:
+        expect_refused(target, proc, before)
+        assert "bytes of files" in proc.stderr
+    else:
+        assert proc.returncode == 0, proc.stderr
+        assert (target.rootfs("evil:1") / "big").stat().st_size == 200 << 30
+
+
+@pair("image-bounds")
+def test_too_many_entries(target, tmp_path):
+    """A layer of many tiny entries, with the entry bound set low."""
+    target.write_config({"max_layer_entries": 1000})
+    layer = il.tar_bytes([il.d("many")] + [il.f(f"many/{i}", b"") for i in range(1500)])
+    before = target.snapshot()
+    proc = import_layers(target, tmp_path, [layer])
+    if target.protected:
+        expect_refused(target, proc, before)
+        assert "more than 1000 entries" in proc.stderr
+    else:
+        assert proc.returncode == 0, proc.stderr
+        assert len(os.listdir(target.rootfs("evil:1") / "many")) == 1500
+
+
+@pair("image-digest")
+def test_docker_layer_that_does_not_match_its_diff_id(target, tmp_path):
+    good = il.busybox_layer()
+    evil = il.tar_bytes([il.f("bin/busybox", b"#!/bin/sh\necho trojan\n", 0o755)])
+    archive = tmp_path / "swapped.tar"
+    il.docker_save(archive, [evil], tags=["swapped:1"], diff_ids=[il.sha(good)])
+    before = target.snapshot()
+    proc = target.run("import", str(archive))
+    if target.protected:
+        expect_refused(target, proc, before)
+        assert "does not match" in proc.stderr
+    else:
+        assert proc.returncode == 0, proc.stderr
+        assert b"trojan" in (target.rootfs("swapped:1") / "bin/busybox").read_bytes()
+
+
+@pair("image-digest")
+def test_oci_blob_that_does_not_match_its_name(target, tmp_path):
+    good = il.busybox_layer()
+    blobs, _ = il.oci_blobs([good])
+    layer_digest = [k for k, v in blobs.items() if v[:2] == b"\x1f\x8b"][0]
+    evil = __import__("gzip").compress(
+        il.tar_bytes([il.f("bin/busybox", b"#!/bin/sh\necho trojan\n", 0o755)]), mtime=0)
+    layout = tmp_path / "layout"
+    il.oci_layout(layout, [good], ref_name="docker.io/library/swapped:1",
+                  blobs_override={"blobs/sha256/" + layer_digest[7:]: evil})
+    before = target.snapshot()
+    proc = target.run("import", str(layout))
+    if target.protected:
+        expect_refused(target, proc, before)
+    else:
+        assert proc.returncode == 0, proc.stderr
+        assert b"trojan" in (target.rootfs("swapped:1") / "bin/busybox").read_bytes()
+
+
+@pair("image-digest")
+def test_registry_blob_that_does_not_match_its_digest(target, tmp_path):
+    """A registry (or a mirror, or someone on the path) serves other bytes
+    for a layer than its manifest's digest names."""
+    registry = il.Registry(tmp_path)
+    try:
+        good = il.busybox_layer()
+        layout = tmp_path / "layout"
+        il.oci_layout(layout, [good], ref_name="x")
+        registry.push(f"oci:{layout}:x", "lib/bb:1")
+        blobs, _ = il.oci_blobs([good])
+        layer_digest = [k for k, v in blobs.items() if v[:2] == b"\x1f\x8b"][0]
+        data = registry.blob_path(layer_digest)
+        size = data.stat().st_size
+        evil = il.tar_bytes([il.f("bin/busybox", b"#!/bin/sh\necho trojan\n", 0o755)])
+        data.write_bytes(evil + b"\0" * (size - len(evil)))  # same length, other bytes
+        target.write_config({"plain_http": [registry.host]})
+        before = target.snapshot()
+        ref = f"{registry.host}/lib/bb:1"
+        proc = target.run("pull", ref)
+        if target.protected:
+            assert proc.returncode == 125
+            assert "its content has digest" in proc.stderr
+            assert target.snapshot() == before
+        else:
+            assert proc.returncode == 0, proc.stderr
+            assert b"trojan" in (target.rootfs(ref) / "bin/busybox").read_bytes()
+    finally:
+        registry.stop()
