@@ -88,10 +88,13 @@ static bool registry_valid(const char *s, size_t n)
         size_t port_len = n - host_len - 1;
         if (port_len == 0 || port_len > 5)
                 return false;
-        for (size_t i = host_len + 1; i < n; i++)
+        unsigned port = 0;
+        for (size_t i = host_len + 1; i < n; i++) {
                 if (s[i] < '0' || s[i] > '9')
                         return false;
-        return true;
+                port = port * 10 + (unsigned)(s[i] - '0');
+        }
+        return port > 0 && port <= 65535;
 }
 
 static bool tag_valid(const char *s)
