@@ -530,12 +530,18 @@ static json_t *names_of(json_t *refs, const char *id)
         return names;
 }
 
+/* Whether someone holds a lease on id. Opens without creating the lease
+ * file: its mtime is the image's last use, which a look must not change. */
 static bool lease_busy(struct cage_image_store *s, const char *id)
 {
         char rel[128];
         rel_of(rel, sizeof(rel), "leases", id, "");
-        _cleanup_close_ int fd = lock_file(s, rel, LOCK_EX | LOCK_NB, NULL);
-        return fd == -EWOULDBLOCK;
+        _cleanup_close_ int fd = openat(s->dir_fd, rel, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0)
+                return false;
+        if (flock(fd, LOCK_EX | LOCK_NB) < 0)
+                return errno == EWOULDBLOCK;
+        return false;
 }
 
 static json_int_t last_used(struct cage_image_store *s, const char *id, json_t *meta)
