@@ -291,3 +291,76 @@ def htpasswd_file(path, user, password):
     subprocess.run(["htpasswd", "-Bbc", str(path), user, password], check=True,
                    capture_output=True)
     return path
+
+
+class TokenServer:
+    """A Bearer token service for the registry (the distribution token
+    spec): RS256 JWTs whose x5c header carries a self-signed certificate
+    the registry trusts (rootcertbundle). Requests with the right basic
+    credentials get the actions they ask for; others get a token that
+    grants nothing. Signed with the openssl tool; no library needed."""
+
+    def __init__(self, tmp_path, user, password, service="codecage-test-registry",
+                 issuer="codecage-test-issuer"):
+        import http.server
+        import threading
+        self.dir = Path(tmp_path) / "token"
+        self.dir.mkdir()
+        self.key, self.cert = self.dir / "key.pem", self.dir / "cert.pem"
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout",
+                        str(self.key), "-out", str(self.cert), "-days", "1", "-subj",
+                        "/CN=codecage-test-token"], check=True, capture_output=True)
+        der = subprocess.run(["openssl", "x509", "-in", str(self.cert), "-outform", "DER"],
+                             check=True, capture_output=True).stdout
+        self.x5c = base64.b64encode(der).decode()
+        self.service, self.issuer = service, issuer
+        self.basic = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+        self.requests = []
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                from urllib.parse import parse_qs, urlparse
+                q = parse_qs(urlparse(self.path).query)
+                authed = self.headers.get("Authorization") == server.basic
+                server.requests.append({"authed": authed, "scope": q.get("scope", [""])[0],
+                                        "service": q.get("service", [""])[0]})
+                body = json.dumps({"token": server.token(q.get("scope", [""])[0], authed)})
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(body.encode())
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.httpd.server_address[1]
+        self.realm = f"http://127.0.0.1:{self.port}/token"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def token(self, scope, authed):
+        def b64(data):
+            return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+        access = []
+        if authed and scope.startswith("repository:"):
+            _, name, actions = scope.split(":", 2)
+            access = [{"type": "repository", "name": name, "actions": actions.split(",")}]
+        now = int(time.time())
+        header = {"typ": "JWT", "alg": "RS256", "x5c": [self.x5c]}
+        claims = {"iss": self.issuer, "sub": "alice" if authed else "", "aud": self.service,
+                  "exp": now + 300, "nbf": now - 10, "iat": now, "jti": os.urandom(8).hex(),
+                  "access": access}
+        signing = f"{b64(json.dumps(header).encode())}.{b64(json.dumps(claims).encode())}"
+        sig = subprocess.run(["openssl", "dgst", "-sha256", "-sign", str(self.key)],
+                             input=signing.encode(), check=True, capture_output=True).stdout
+        return f"{signing}.{b64(sig)}"
+
+    def registry_auth(self):
+        return {"realm": self.realm, "service": self.service, "issuer": self.issuer,
+                "cert": str(self.cert)}
+
+    def stop(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()

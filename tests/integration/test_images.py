@@ -356,3 +356,37 @@ def test_pull_with_a_docker_config_file(images, auth_registry, tmp_path):
         "auth": base64.b64encode(b"alice:s3cret-pass").decode()}}}))
     images.write_config({"plain_http": [auth_registry.host], "docker_config": str(docker_cfg)})
     images.ok("pull", f"{auth_registry.host}/priv/bb:1")
+
+
+@pytest.fixture
+def token_registry(tmp_path):
+    tokens = il.TokenServer(tmp_path, "alice", "s3cret-pass")
+    r = il.Registry(tmp_path, token=tokens.registry_auth())
+    r.tokens = tokens
+    yield r
+    r.stop()
+    tokens.stop()
+
+
+def test_pull_with_a_bearer_token(images, token_registry, tmp_path):
+    layout = tmp_path / "layout"
+    il.oci_layout(layout, two_layers(), ref_name="x")
+    token_registry.push(f"oci:{layout}:x", "priv/bb:1", creds="alice:s3cret-pass")
+    ref = f"{token_registry.host}/priv/bb:1"
+    tokens = token_registry.tokens
+    # anonymous: the token service answers, but its token grants nothing
+    images.write_config({"plain_http": [token_registry.host]})
+    tokens.requests.clear()
+    p = images.run("pull", ref)
+    assert p.returncode == 125 and "denied" in p.stderr
+    assert tokens.requests and not tokens.requests[-1]["authed"]
+    assert tokens.requests[-1]["scope"] == "repository:priv/bb:pull"
+    assert tokens.requests[-1]["service"] == "codecage-test-registry"
+    # with credentials: they go to the token service, the token to the registry
+    images.write_config({"plain_http": [token_registry.host], "credentials": {
+        token_registry.host: {"username": "alice", "password": "s3cret-pass"}}})
+    tokens.requests.clear()
+    images.ok("pull", ref)
+    assert tokens.requests[0]["authed"]
+    assert len(tokens.requests) == 1  # one token serves the whole pull
+    check_two_layers(images.rootfs(ref))
