@@ -36,6 +36,8 @@
 #include <fcntl.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stddef.h> /* MCP: offsetof */
 #include <stdio.h>
@@ -601,6 +603,40 @@ static int clear_stale_socket(const char *path, const struct sockaddr_un *sa,
         return 0;
 }
 
+struct bind_job {
+        int fd;
+        const struct sockaddr_un *sa;
+        int r;
+};
+
+static void *bind_job_main(void *arg)
+{
+        struct bind_job *j = arg;
+        /* A fs struct (so a umask) of this thread's own: umask is shared by
+         * the process's threads, and sandboxes cloned meanwhile (the warm
+         * pool fills from the start) would inherit 0177. */
+        if (unshare(CLONE_FS) < 0) {
+                j->r = -errno;
+                return NULL;
+        }
+        umask(0177);
+        j->r = bind(j->fd, (const struct sockaddr *)j->sa, sizeof(*j->sa)) < 0 ? -errno : 0;
+        return NULL;
+}
+
+/* Binds fd to sa so that the socket is created with mode 0600, on a
+ * short-lived thread whose umask no other thread sees. */
+static int bind_private_umask(int fd, const struct sockaddr_un *sa)
+{
+        struct bind_job j = {.fd = fd, .sa = sa};
+        pthread_t t;
+        int r = pthread_create(&t, NULL, bind_job_main, &j);
+        if (r != 0)
+                return -r;
+        pthread_join(t, NULL);
+        return j.r;
+}
+
 static int open_unix(const char *path, int *ret, struct cage_error *err)
 {
         struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -613,15 +649,9 @@ static int open_unix(const char *path, int *ret, struct cage_error *err)
         _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (fd < 0)
                 return cage_fail(err, -errno, "listen.unix: socket");
-        /* The socket must never exist with a wider mode, even briefly: bind
-         * under a umask that leaves 0600. (umask is per process; nothing else
-         * creates files during these two calls at start-up.) */
-        mode_t old = umask(0177);
-        r = bind(fd, (const struct sockaddr *)&sa, sizeof(sa));
-        int saved = errno;
-        umask(old);
-        if (r < 0)
-                return cage_fail(err, -saved, "listen.unix: cannot bind %s", path);
+        /* The socket must never exist with a wider mode, even briefly. */
+        if ((r = bind_private_umask(fd, &sa)) < 0)
+                return cage_fail(err, r, "listen.unix: cannot bind %s", path);
         if (chmod(path, 0600) < 0 || listen(fd, 128) < 0) {
                 r = cage_fail(err, -errno, "listen.unix: %s", path);
                 unlink(path);
