@@ -390,3 +390,21 @@ def test_pull_with_a_bearer_token(images, token_registry, tmp_path):
     assert tokens.requests[0]["authed"]
     assert len(tokens.requests) == 1  # one token serves the whole pull
     check_two_layers(images.rootfs(ref))
+
+
+def test_mirrors_are_tried_in_order_before_the_registry(images, registry, tmp_path):
+    push_busybox(registry, tmp_path, "lib/bb:1")
+    dead = f"127.0.0.1:{il.free_port()}"  # nothing listens there
+    # the registry's own host is down: its mirror serves the image
+    images.write_config({"plain_http": [registry.host, dead],
+                         "mirrors": {dead: ["127.0.0.1:1", registry.host]}})
+    images.ok("pull", f"{dead}/lib/bb:1")
+    check_two_layers(images.rootfs(f"{dead}/lib/bb:1"))
+    # every mirror down: the registry itself answers
+    images.write_config({"plain_http": [registry.host, dead],
+                         "mirrors": {registry.host: [dead]}})
+    images.ok("pull", f"{registry.host}/lib/bb:1")
+    # and when nothing answers, the error names the last one tried
+    images.write_config({"plain_http": [dead], "mirrors": {dead: ["127.0.0.1:1"]}})
+    p = images.run("pull", f"{dead}/lib/other:1")
+    assert p.returncode == 125 and f"registry {dead}" in p.stderr
