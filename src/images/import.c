@@ -20,7 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "images/images_private.h"
@@ -101,13 +100,11 @@ static int stage_tar(struct source *src, int fd, struct cage_error *err)
 
 static int open_member(struct source *src, const char *name, struct cage_error *err)
 {
-        struct open_how how = {.flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK,
-                               .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
-                                          RESOLVE_NO_MAGICLINKS};
         struct stat st;
-        int fd = (int)syscall(SYS_openat2, src->dir_fd, name, &how, sizeof(how));
+        int fd = images_openat2(src->dir_fd, name, O_RDONLY | O_NOCTTY | O_NONBLOCK,
+                                RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS);
         if (fd < 0)
-                return cage_fail(err, -errno, "image layout: %.200s", name);
+                return cage_fail(err, fd, "image layout: %.200s", name);
         if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
                 close(fd);
                 return cage_fail_plain(err, -EINVAL, "image layout: %.200s is not a regular file",

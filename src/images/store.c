@@ -236,6 +236,18 @@ static int resolve_ref(json_t *refs, const char *ref, char *ret_key, size_t key_
         return 0;
 }
 
+/* The image id ref names: an id itself, or a reference in refs; key gets
+ * the index key ("" for an id). */
+static int lookup(json_t *refs, const char *ref, char *key, size_t key_size,
+                  char id[CAGE_IMAGE_DIGEST_LEN + 1], struct cage_error *err)
+{
+        key[0] = '\0';
+        if (!cage_image_digest_valid(ref))
+                return resolve_ref(refs, ref, key, key_size, id, err);
+        memcpy(id, ref, CAGE_IMAGE_DIGEST_LEN + 1);
+        return 0;
+}
+
 /* ---- get ---- */
 
 static char **strv_from_json(json_t *arr)
@@ -313,20 +325,14 @@ static int lease_take(struct cage_image_store *s, const char *id, struct cage_er
 static int get_locked(struct cage_image_store *s, const char *ref, struct cage_image **ret,
                       struct cage_error *err)
 {
-        char key[CAGE_IMAGE_REF_MAX] = "", id[CAGE_IMAGE_DIGEST_LEN + 1];
+        char key[CAGE_IMAGE_REF_MAX], id[CAGE_IMAGE_DIGEST_LEN + 1];
         json_t *idx = NULL, *meta = NULL;
-        int r;
-        if (cage_image_digest_valid(ref)) {
-                memcpy(id, ref, sizeof(id));
-        } else {
-                if ((r = read_index(s, &idx, err)) < 0)
-                        return r;
-                r = resolve_ref(json_object_get(idx, "refs"), ref, key, sizeof(key), id, err);
-                json_decref(idx);
-                if (r < 0)
-                        return r;
-        }
-        if ((r = read_meta(s, id, &meta, err)) < 0)
+        int r = read_index(s, &idx, err);
+        if (r < 0)
+                return r;
+        r = lookup(json_object_get(idx, "refs"), ref, key, sizeof(key), id, err);
+        json_decref(idx);
+        if (r < 0 || (r = read_meta(s, id, &meta, err)) < 0)
                 return r;
         struct cage_image *img = NULL;
         r = image_from_meta(s, meta, key, &img, err);
@@ -635,10 +641,7 @@ int cage_image_inspect(struct cage_image_store *s, const char *ref, json_t **ret
         if (r < 0)
                 return r;
         json_t *refs = json_object_get(idx, "refs");
-        if (cage_image_digest_valid(ref))
-                memcpy(id, ref, sizeof(id));
-        else
-                r = resolve_ref(refs, ref, key, sizeof(key), id, err);
+        r = lookup(refs, ref, key, sizeof(key), id, err);
         if (r >= 0)
                 r = read_meta(s, id, &meta, err);
         if (r < 0) {
@@ -723,10 +726,7 @@ int cage_image_remove(struct cage_image_store *s, const char *ref,
                 return r;
         json_t *refs = json_object_get(idx, "refs");
         bool by_id = cage_image_digest_valid(ref);
-        if (by_id)
-                memcpy(id, ref, sizeof(id));
-        else
-                r = resolve_ref(refs, ref, key, sizeof(key), id, err);
+        r = lookup(refs, ref, key, sizeof(key), id, err);
         if (r >= 0 && (r = read_meta(s, id, &meta, err)) >= 0)
                 json_decref(meta);
         json_t *kept = json_deep_copy(refs);

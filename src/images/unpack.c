@@ -125,10 +125,9 @@ static uint64_t resolve_flags(void)
         return RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
 }
 
-static int openat2_dir(int dfd, const char *path)
+int images_openat2(int dfd, const char *path, uint64_t flags, uint64_t resolve)
 {
-        struct open_how how = {.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
-                               .resolve = resolve_flags()};
+        struct open_how how = {.flags = flags | O_CLOEXEC, .resolve = resolve};
         for (int i = 0; i < 8; i++) {
                 long fd = syscall(SYS_openat2, dfd, path, &how, sizeof(how));
                 if (fd >= 0)
@@ -137,6 +136,11 @@ static int openat2_dir(int dfd, const char *path)
                         return -errno;
         }
         return -EAGAIN;
+}
+
+static int openat2_dir(int dfd, const char *path)
+{
+        return images_openat2(dfd, path, O_PATH | O_DIRECTORY, resolve_flags());
 }
 
 /* Opens the directory rel (a clean relative path, "" for the root) beneath
