@@ -63,6 +63,10 @@ struct cage_service_io {
         cage_output_fn on_output;
         void *on_output_ctx;
         int cancel_fd;
+        /* What a long preparation is doing ("pulling the image ...");
+         * may be NULL. */
+        void (*on_status)(void *ctx, const char *status);
+        void *on_status_ctx;
 };
 
 /* Opens the data directory, the store and the audit log, removes whatever

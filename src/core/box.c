@@ -89,7 +89,7 @@ static int prepare(struct cage_box *box, struct cage_error *err)
         plan->box = true;
         if ((r = launcher_prepare(&box->l, err)) < 0)
                 return r;
-        if (!(box->envp = copy_env(plan->envp)))
+        if (!(box->envp = copy_env(plan->envp)) || !(box->workdir = strdup(box->spec.workdir)))
                 return cage_fail(err, -ENOMEM, "sandbox environment");
         return make_box_fds(box, err);
 }
@@ -213,7 +213,10 @@ struct cage_box *cage_box_destroy(struct cage_box *box)
         if (box->ctl_fd >= 0)
                 close(box->ctl_fd);
         launcher_release(&box->l); /* the pidfd, the uid slot */
+        if (box->release_attached)
+                box->release_attached(box->attached);
         free(box->envp);
+        free(box->workdir);
         pthread_mutex_destroy(&box->lock);
         free(box);
         return NULL;
@@ -231,6 +234,12 @@ int cage_box_usage(struct cage_box *box, struct cage_box_usage *ret)
         ret->memory_now_bytes = s.memory_bytes;
         ret->oom_kills = s.oom_kills;
         return r;
+}
+
+void cage_box_attach(struct cage_box *box, void *data, void (*release)(void *data))
+{
+        box->attached = data;
+        box->release_attached = release;
 }
 
 int cage_box_set_cpu_weight(struct cage_box *box, unsigned weight)

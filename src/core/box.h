@@ -68,6 +68,9 @@ int cage_box_proc_stderr(const struct cage_box_proc *p);
 /* Readable when the process ended (then cage_box_proc_exited says so). */
 int cage_box_proc_status_fd(const struct cage_box_proc *p);
 bool cage_box_proc_exited(struct cage_box_proc *p, int *ret_wait_status);
+/* The errno of a failed execve of the process (ENOENT: no such program on
+ * its PATH), or 0 when it did not fail (yet). */
+int cage_box_proc_exec_errno(struct cage_box_proc *p);
 /* Signals its process group (e.g. SIGINT for a timeout). */
 void cage_box_proc_signal(struct cage_box_proc *p, int sig);
 /* CPU time and peak memory of its cgroup so far; with_oom: also the
@@ -80,6 +83,10 @@ struct cage_box_proc *cage_box_proc_free(struct cage_box_proc *p);
 bool cage_box_alive(struct cage_box *box);
 int cage_box_usage(struct cage_box *box, struct cage_box_usage *ret);
 /* The sandbox's CPU weight against others (1..10000, default 100). */
+/* Ties data to the sandbox's life (an image lease, say): release(data) runs
+ * once the sandbox is destroyed and nothing of it runs any more. One
+ * attachment per sandbox. */
+void cage_box_attach(struct cage_box *box, void *data, void (*release)(void *data));
 int cage_box_set_cpu_weight(struct cage_box *box, unsigned weight);
 pid_t cage_box_init_pid(const struct cage_box *box);
 /* A pidfd of pid 1 (borrowed: valid until cage_box_destroy). */

@@ -78,7 +78,7 @@ static int build_request(struct exec_state *st, char *msg, size_t *ret_len, stru
                         ok = append(blob, &len, *e), h.envc++;
         for (size_t i = 0; st->ex->env && st->ex->env[i] && ok; i++, h.envc++)
                 ok = append(blob, &len, st->ex->env[i]);
-        ok = ok && append(blob, &len, st->ex->cwd ? st->ex->cwd : "/workspace");
+        ok = ok && append(blob, &len, st->ex->cwd ? st->ex->cwd : st->box->workdir);
         if (!ok || h.argc + h.envc > BOX_EXEC_ARGS_MAX)
                 return cage_fail(err, -E2BIG, "argv and env together exceed %d bytes or %d entries",
                                  BOX_EXEC_BLOB_MAX, BOX_EXEC_ARGS_MAX);
@@ -517,6 +517,12 @@ bool cage_box_proc_exited(struct cage_box_proc *p, int *ret_wait_status)
         if (ret_wait_status)
                 *ret_wait_status = st->wait_status;
         return st->exited || st->box_died || st->status_r < 0;
+}
+
+int cage_box_proc_exec_errno(struct cage_box_proc *p)
+{
+        (void)cage_box_proc_exited(p, NULL);
+        return p->st.exec_failed ? p->st.fail_errno : 0;
 }
 
 void cage_box_proc_signal(struct cage_box_proc *p, int sig)

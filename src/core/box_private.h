@@ -19,8 +19,11 @@ struct cage_box {
         pthread_mutex_t lock; /* ctl sends, exec ids, reaping */
         uint32_t next_exec;
         bool killed;
-        char **envp;                        /* the sandbox's own environment (plan), owned */
+        char **envp;   /* the sandbox's own environment (plan), owned */
+        char *workdir; /* where execs start unless they say (the spec\'s workdir), owned */
         uint64_t memory_bytes, cpu_time_ms; /* the spec's, for verdicts */
+        void *attached;                     /* cage_box_attach() */
+        void (*release_attached)(void *data);
 };
 
 #endif

@@ -38,7 +38,7 @@ struct progress {
         pthread_mutex_t lock;
         char tail[PROGRESS_TAIL];
         size_t tail_len;
-        uint64_t bytes, last_ms;
+        uint64_t bytes, steps, last_ms; /* steps: preparation messages sent */
 };
 
 /* ---- progress ------------------------------------------------------------------- */
@@ -80,13 +80,26 @@ static char *latest_lines(struct progress *p)
 
 static void send_progress(struct progress *p, const char *message)
 {
-        json_t *params = json_pack("{s:O, s:I, s:s}", "progressToken", p->c->progress_token,
-                                   "progress", (json_int_t)p->bytes, "message", message);
+        /* Output bytes plus preparation steps: it only ever grows. */
+        json_t *params =
+                json_pack("{s:O, s:I, s:s}", "progressToken", p->c->progress_token, "progress",
+                          (json_int_t)(p->bytes + p->steps), "message", message);
         if (params)
                 (void)mcp_call_notify(p->c, "notifications/progress", params);
 }
 
 /* cage_output_fn */
+/* A preparation step (pulling an image) as a progress message. */
+static void on_status(void *ctx, const char *status)
+{
+        struct progress *p = ctx;
+        pthread_mutex_lock(&p->lock);
+        p->steps++;
+        if (p->c->progress_token)
+                send_progress(p, status);
+        pthread_mutex_unlock(&p->lock);
+}
+
 static int on_output(void *ctx, int stream, const void *buf, size_t len)
 {
         struct progress *p = ctx;
@@ -115,9 +128,10 @@ static bool non_empty(const json_t *args, const char *key)
 
 static json_t *refuse_unsupported(const char *tool, const json_t *args, const char *sandbox)
 {
-        static const char *const spec_only[] = {"requirements", "network"};
+        static const char *const spec_only[] = {"requirements", "network", "image"};
         for (size_t i = 0; sandbox && i < ELEMENTSOF(spec_only); i++)
-                if (non_empty(args, spec_only[i]))
+                if (non_empty(args, spec_only[i]) ||
+                    (i == 2 && json_is_string(json_object_get(args, spec_only[i]))))
                         return mcp_result_error(
                                 "%s: `%s` belongs to the sandbox: give it to sandbox_create (a "
                                 "named sandbox keeps its packages and network policy). Leave it "
@@ -182,7 +196,8 @@ static json_t *service_request(const json_t *args, const char *main_key, const c
                                bool oneshot, bool with_env)
 {
         json_t *req = json_pack("{s:s}", main_key, value);
-        static const char *const keys[] = {"timeout_s", "env", "files", "requirements", "network"};
+        static const char *const keys[] = {"timeout_s",    "env",     "files",
+                                           "requirements", "network", "image"};
         for (size_t i = 0; req && i < ELEMENTSOF(keys); i++) {
                 const json_t *v = json_object_get(args, keys[i]);
                 if (!v || json_is_null(v) || (i >= 2 && !oneshot) || (i == 1 && !with_env))
@@ -340,8 +355,11 @@ static int call_service(struct mcp_call *c, const struct run *run, struct progre
 {
         struct cage_service *svc = c->session->srv->svc;
         const char *tenant = c->session->tenant;
-        struct cage_service_io io = {
-                .on_output = on_output, .on_output_ctx = p, .cancel_fd = c->cancel[0]};
+        struct cage_service_io io = {.on_output = on_output,
+                                     .on_output_ctx = p,
+                                     .cancel_fd = c->cancel[0],
+                                     .on_status = on_status,
+                                     .on_status_ctx = p};
         struct cage_service_host host;
         if (run->python) {
                 mcp_sampling_host(c, &host);

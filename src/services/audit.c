@@ -49,6 +49,9 @@ static const char *const event_names[CAGE_AUDIT_EVENT_COUNT] = {
         [CAGE_AUDIT_NETWORK_ALLOW] = "network.allow",
         [CAGE_AUDIT_NETWORK_DENY] = "network.deny",
         [CAGE_AUDIT_REQUIREMENTS_INSTALL] = "requirements.install",
+        [CAGE_AUDIT_IMAGE_PULL] = "image.pull",
+        [CAGE_AUDIT_IMAGE_IMPORT] = "image.import",
+        [CAGE_AUDIT_IMAGE_REMOVE] = "image.remove",
 };
 
 /* Keys the record itself uses; fields cannot override them. */

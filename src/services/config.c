@@ -1163,11 +1163,24 @@ static int parse_paths(json_t *root, struct cage_config *cfg, struct cage_error 
 /* root may be NULL: the defaults. */
 static int config_from_json(json_t *root, struct cage_config **ret, struct cage_error *err)
 {
-        static const char *const keys[] = {
-                "data_dir",  "listen",    "limits",           "defaults",    "env_allowlist",
-                "secrets",   "tenants",   "mounts_allowed",   "retention_s", "idle_timeout_s",
-                "audit_log", "pool_size", "upstream_servers", "network",     "pip",
-                "fetch",     NULL};
+        static const char *const keys[] = {"data_dir",
+                                           "listen",
+                                           "limits",
+                                           "defaults",
+                                           "env_allowlist",
+                                           "secrets",
+                                           "tenants",
+                                           "mounts_allowed",
+                                           "retention_s",
+                                           "idle_timeout_s",
+                                           "audit_log",
+                                           "pool_size",
+                                           "upstream_servers",
+                                           "network",
+                                           "pip",
+                                           "fetch",
+                                           "images",
+                                           NULL};
         json_auto_t *empty = NULL;
         int r;
         if (!root) {
@@ -1190,7 +1203,8 @@ static int config_from_json(json_t *root, struct cage_config **ret, struct cage_
             (r = parse_mounts(root, cfg, err)) < 0 || (r = parse_scalars(root, cfg, err)) < 0 ||
             (r = parse_upstreams(root, cfg, err)) < 0 || (r = parse_listen(root, cfg, err)) < 0 ||
             (r = check_auth_exposure(cfg, err)) < 0 ||
-            (r = config_parse_network(root, cfg, err)) < 0)
+            (r = config_parse_network(root, cfg, err)) < 0 ||
+            (r = cage_images_config_parse(json_object_get(root, "images"), &cfg->images, err)) < 0)
                 return r;
         *ret = TAKE_PTR(cfg);
         return 0;
@@ -1280,6 +1294,7 @@ struct cage_config *cage_config_free(struct cage_config *cfg)
         free(cfg->mounts_allowed);
         json_decref(cfg->upstream_servers);
         config_free_network(cfg);
+        cage_images_config_done(&cfg->images);
         free(cfg->data_dir);
         free(cfg->listen_http);
         free(cfg->listen_unix);

@@ -21,6 +21,7 @@
 #include <jansson.h>
 
 #include "codecage/codecage.h"
+#include "images/images.h"
 #include "services/egress_policy.h"
 
 struct cage_redactor;
@@ -142,6 +143,7 @@ struct cage_config {
         struct cage_config_network network;
         struct cage_config_pip pip;
         struct cage_config_fetch fetch;
+        struct cage_images_config images; /* the `images` section (docs/IMAGES.md) */
 };
 
 /* The configuration used when no file is given: every default, validated. */

@@ -18,8 +18,8 @@ int config_check_keys(json_t *obj, const char *where, const char *const *allowed
 int config_get_object(json_t *obj, const char *where, const char *key, json_t **ret,
                       struct cage_error *err);
 /* A string of 1..max bytes, borrowed from the JSON tree. */
-int config_get_string(json_t *obj, const char *where, const char *key, size_t max,
-                      const char **ret, struct cage_error *err);
+int config_get_string(json_t *obj, const char *where, const char *key, size_t max, const char **ret,
+                      struct cage_error *err);
 /* A number of `kind` within [lo, hi]. */
 int config_get_number(json_t *obj, const char *where, const char *key, enum num_kind kind,
                       double lo, double hi, double *ret, struct cage_error *err);

@@ -40,18 +40,18 @@ enum egress_http_body {
 };
 
 struct egress_http_request {
-        bool connect;                       /* CONNECT host:port */
-        char method[24];                    /* "GET", "CONNECT", ... */
+        bool connect;                        /* CONNECT host:port */
+        char method[24];                     /* "GET", "CONNECT", ... */
         char host[EGRESS_HTTP_HOST_MAX + 1]; /* as in the request line, not canonical;
                                                IPv6 without brackets */
-        uint16_t port;                      /* from the target; 80 when an http URI has none */
-        const char *path;                   /* origin-form target ("/x?y"; "/" when empty);
-                                               points into the buffer; not for CONNECT */
+        uint16_t port;                       /* from the target; 80 when an http URI has none */
+        const char *path;                    /* origin-form target ("/x?y"; "/" when empty);
+                                                points into the buffer; not for CONNECT */
         size_t path_len;
-        int version_minor;                  /* HTTP/1.0 or HTTP/1.1 */
+        int version_minor; /* HTTP/1.0 or HTTP/1.1 */
         struct egress_http_header headers[EGRESS_HTTP_HEADERS_MAX];
         size_t n_headers;
-        enum egress_http_body body;         /* NONE, LENGTH or CHUNKED */
+        enum egress_http_body body; /* NONE, LENGTH or CHUNKED */
         uint64_t content_length;
         bool keep_alive;      /* false: HTTP/1.0 without keep-alive, or Connection: close */
         bool expect_continue; /* Expect: 100-continue */

@@ -53,10 +53,10 @@ struct egress_addr {
 
 struct egress_rule {
         enum egress_rule_kind kind;
-        char host[EGRESS_HOST_MAX + 1]; /* NAME, WILDCARD: canonical; ADDR: "" */
-        struct egress_addr addr;        /* ADDR: the network address */
-        unsigned prefix;                /* ADDR: 32 / 128 for a single address */
-        uint16_t port;                  /* 0: the default ports 80 and 443 */
+        char host[EGRESS_HOST_MAX + 1];  /* NAME, WILDCARD: canonical; ADDR: "" */
+        struct egress_addr addr;         /* ADDR: the network address */
+        unsigned prefix;                 /* ADDR: 32 / 128 for a single address */
+        uint16_t port;                   /* 0: the default ports 80 and 443 */
         char text[EGRESS_ENTRY_MAX + 1]; /* canonical text form, for messages and docs:
                                             "*.example.com", "example.com:8443",
                                             "10.0.0.0/8", "[::1]:80" */
@@ -74,8 +74,8 @@ struct egress_allowlist {
  * an unbracketed IPv6 address takes no port ("::1:80" is one address). The
  * text form always brackets IPv6 ("[::1]", "[fd00::]/8") and omits a /32 or
  * /128 prefix, so parsing a rule's text gives the same rule. */
-int egress_rule_parse(const char *text, bool allow_cidr, const char *field,
-                      struct egress_rule *ret, struct cage_error *err);
+int egress_rule_parse(const char *text, bool allow_cidr, const char *field, struct egress_rule *ret,
+                      struct cage_error *err);
 
 /* Parses a JSON array of entries (NULL or JSON null: an empty list). At most
  * EGRESS_RULES_MAX entries; duplicates are dropped. field names the list in

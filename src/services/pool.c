@@ -87,7 +87,7 @@ static int start_entry(struct cage_pool *p, struct pool_entry **ret)
         struct pool_entry *e = calloc(1, sizeof(*e));
         if (!e)
                 return -ENOMEM;
-        int r = svc_spec_to_cage(p->spec, p->cfg, NULL, &spec, &env, NULL);
+        int r = svc_spec_to_cage(p->spec, p->cfg, NULL, NULL, &spec, &env, NULL);
         if (r == 0)
                 r = cage_box_start(&spec, &e->box, NULL);
         /* Warming up yields the CPU to runs in progress. */

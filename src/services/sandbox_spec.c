@@ -304,12 +304,37 @@ static int parse_simple(const json_t *in, bool named, const char *const *extra, 
                                  "and '-', starting with a letter or digit");
         if (named)
                 snprintf(s->name, sizeof(s->name), "%s", json_string_value(name));
+        return 0;
+}
+
+/* `image`: "host" (the default) or an OCI reference, normalised, that the
+ * config's images.allow admits. "dir:" images belong to the server's
+ * config only: a client may not name a host directory as a root. */
+static int parse_image(const struct cage_config *cfg, const json_t *in, struct svc_spec *s,
+                       struct cage_error *err)
+{
         const json_t *image = json_object_get(in, "image");
-        if (image && !json_is_null(image) &&
-            (!json_is_string(image) || strcmp(json_string_value(image), "host") != 0))
-                return cage_fail(err, -EINVAL,
-                                 "image: only \"host\" (the host's userland, read-only) is "
-                                 "available on this server");
+        snprintf(s->image, sizeof(s->image), "host");
+        if (!image || json_is_null(image))
+                return 0;
+        const char *text = json_string_value(image);
+        if (!text || !text[0])
+                return cage_fail(err, -EINVAL, "image: must be \"host\" or an image reference");
+        if (strcmp(text, "host") == 0)
+                return 0;
+        if (strncmp(text, "dir:", 4) == 0)
+                return cage_fail_plain(err, -EPERM,
+                                       "image: \"dir:\" images are for the server's config only");
+        struct cage_image_ref ref;
+        int r = cage_image_ref_parse(text, &ref, err);
+        if (r < 0)
+                return r;
+        if (!cage_images_config_allows(&cfg->images, ref.full))
+                return cage_fail_plain(err, -EPERM,
+                                       "image: \"%.300s\" is not allowed by this server "
+                                       "(images.allow in its config)",
+                                       ref.full);
+        snprintf(s->image, sizeof(s->image), "%s", ref.full);
         return 0;
 }
 
@@ -377,8 +402,8 @@ static int parse_requirements(const json_t *in, struct svc_spec *s, struct cage_
 static int build_doc(struct svc_spec *s)
 {
         s->doc = json_pack("{s:s, s:I, s:f, s:i, s:I, s:f, s:I, s:O, s:O, s:O, s:O, s:I}", "image",
-                           "host", "memory_mib", (json_int_t)s->memory_mib, "cpus", s->cpus, "pids",
-                           (int)s->pids, "disk_mib", (json_int_t)s->disk_mib, "timeout_s",
+                           s->image, "memory_mib", (json_int_t)s->memory_mib, "cpus", s->cpus,
+                           "pids", (int)s->pids, "disk_mib", (json_int_t)s->disk_mib, "timeout_s",
                            (double)s->timeout_s_ms / 1000.0, "output_max_bytes",
                            (json_int_t)s->output_max_bytes, "env", s->env, "secrets", s->secrets,
                            "mounts", s->mounts, "labels", s->labels, "idle_timeout_s",
@@ -399,6 +424,8 @@ int svc_spec_parse(const struct cage_config *cfg, const json_t *in, bool named,
         if (!s)
                 return cage_fail(err, -ENOMEM, "spec");
         int r = parse_simple(in, named, allowed_extra, s, err);
+        if (r == 0)
+                r = parse_image(cfg, in, s, err);
         if (r == 0)
                 r = parse_numbers(cfg, in, s, err);
         if (r == 0)
@@ -481,14 +508,21 @@ static bool add_env(struct cage_spec *out, char **pos, const char *k, const char
 }
 
 /* Order matters: later entries win, so secrets and the spec's own variables
- * override what the allowlist passes through. */
-static int fill_env(const struct svc_spec *s, const struct cage_config *cfg, struct cage_spec *out,
-                    char **env_storage, struct cage_error *err)
+ * override what the allowlist passes through, and everything overrides the
+ * image's Env. */
+static int fill_env(const struct svc_spec *s, const struct cage_config *cfg,
+                    const struct cage_image *image, struct cage_spec *out, char **env_storage,
+                    struct cage_error *err)
 {
         char *pos = *env_storage = malloc(env_bytes(s, cfg) + 1);
         if (!pos)
                 return cage_fail(err, -ENOMEM, "environment");
         bool ok = true;
+        for (size_t i = 0; image && image->env[i] && ok; i++) {
+                ok = out->n_env < CAGE_ENV_MAX;
+                if (ok)
+                        out->env[out->n_env++] = image->env[i];
+        }
         for (size_t i = 0; i < cfg->n_env_allowlist && ok; i++) {
                 const char *val = getenv(cfg->env_allowlist[i]);
                 if (val && !json_object_get(s->env, cfg->env_allowlist[i]))
@@ -533,11 +567,25 @@ int svc_spec_check_tenant(const struct svc_spec *s, const struct cage_config *cf
         return 0;
 }
 
+/* The image's root, its working directory (else /workspace) and its user. */
+static void apply_image(const struct svc_image_launch *launch, struct cage_spec *out)
+{
+        const struct cage_image *image = launch->image;
+        /* image->rootfs outlives the launch: the lease holds it. */
+        out->image = image->rootfs;
+        if (launch->workdir)
+                out->workdir = launch->workdir;
+        out->uid = launch->uid;
+        out->gid = launch->gid;
+}
+
 int svc_spec_to_cage(const struct svc_spec *s, const struct cage_config *cfg,
-                     const char *workspace_dir, struct cage_spec *out, char **env_storage,
-                     struct cage_error *err)
+                     const char *workspace_dir, const struct svc_image_launch *image,
+                     struct cage_spec *out, char **env_storage, struct cage_error *err)
 {
         cage_spec_init(out);
+        if (image && image->image)
+                apply_image(image, out);
         out->memory_bytes = s->memory_mib * MIB;
         out->cpus = s->cpus;
         out->pids = s->pids;
@@ -557,5 +605,5 @@ int svc_spec_to_cage(const struct svc_spec *s, const struct cage_config *cfg,
         if (s->requirements_dir)
                 out->mounts[out->n_mounts++] = (struct cage_mount){.source = s->requirements_dir,
                                                                    .target = SVC_REQUIREMENTS_DIR};
-        return fill_env(s, cfg, out, env_storage, err);
+        return fill_env(s, cfg, image ? image->image : NULL, out, env_storage, err);
 }

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "codecage/codecage.h"
+#include "images/images.h"
 #include "services/egress_policy.h"
 
 struct cage_config;
@@ -30,8 +31,16 @@ struct cage_config;
 /* Where a requirements layer appears in a sandbox (read-only). */
 #define SVC_REQUIREMENTS_DIR "/opt/codecage/requirements"
 
+/* What an image gives a launch, set by the caller (svc_box_start). */
+struct svc_image_launch {
+        struct cage_image *image; /* leased; NULL for the host image */
+        const char *workdir;      /* its WorkingDir when that is a directory of it, or NULL */
+        uint32_t uid, gid;        /* the image's User, resolved in its passwd */
+};
+
 struct svc_spec {
-        char name[SVC_NAME_MAX + 1]; /* "" for one-shot runs */
+        char name[SVC_NAME_MAX + 1];    /* "" for one-shot runs */
+        char image[CAGE_IMAGE_REF_MAX]; /* "host" or a normalised reference */
         uint64_t memory_mib, disk_mib, timeout_s_ms, output_max_bytes, idle_timeout_s;
         double cpus;
         uint32_t pids;
@@ -71,7 +80,7 @@ int svc_spec_check_tenant(const struct svc_spec *s, const struct cage_config *cf
  * server variables the config's env_allowlist passes through, and each
  * secret as NAME=value. *env_storage is malloc'ed; free() it. */
 int svc_spec_to_cage(const struct svc_spec *s, const struct cage_config *cfg,
-                     const char *workspace_dir, struct cage_spec *out, char **env_storage,
-                     struct cage_error *err);
+                     const char *workspace_dir, const struct svc_image_launch *image,
+                     struct cage_spec *out, char **env_storage, struct cage_error *err);
 
 #endif

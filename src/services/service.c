@@ -45,6 +45,7 @@ int cage_service_http_status(int r)
 {
         switch (r) {
         case -EINVAL:
+        case -ENOEXEC: /* the image cannot run what was asked (no python3) */
         case -EISDIR:
         case -ENOTDIR:
         case -ENAMETOOLONG:
@@ -227,17 +228,23 @@ int svc_workspace_fd(struct sb *sb, struct cage_error *err)
 }
 
 int svc_box_start(struct cage_service *svc, const struct svc_spec *spec, const char *workspace,
-                  const char *tenant, const char *name, const char *phase, struct cage_box **ret,
-                  struct cage_error *err)
+                  const char *tenant, const char *name, const char *phase,
+                  const struct cage_service_io *io, struct cage_box **ret, struct cage_error *err)
 {
         _cleanup_free_ char *env = NULL;
         struct cage_spec cs;
+        struct svc_image_launch image = {0};
         /* Every launch, restarts too: the config may have changed since. */
         int r = svc_spec_check_tenant(spec, svc->cfg, tenant, err);
         if (r == 0)
-                r = svc_spec_to_cage(spec, svc->cfg, workspace, &cs, &env, err);
+                r = svc_image_acquire(svc, spec->image, tenant, io, &image, err);
+        if (r == 0)
+                r = svc_spec_to_cage(spec, svc->cfg, workspace, &image, &cs, &env, err);
         if (r == 0)
                 r = cage_box_start(&cs, ret, err);
+        if (r == 0)
+                svc_image_attach(*ret, &image);
+        svc_image_release(&image);
         if (r < 0 || !spec->network.n)
                 return r;
         struct cage_egress_owner owner = {
@@ -269,7 +276,7 @@ static int start_locked(struct sb *sb, struct cage_error *err)
                 json_decref(failed);
         }
         if (r == 0)
-                r = svc_box_start(svc, sb->spec, sb->workspace, sb->tenant, sb->name, NULL,
+                r = svc_box_start(svc, sb->spec, sb->workspace, sb->tenant, sb->name, NULL, NULL,
                                   &sb->box, err);
         if (r < 0)
                 return r;
@@ -343,9 +350,11 @@ static json_t *info_locked(struct sb *sb)
             cage_workspace_usage(sb->svc->ws_base, sb->id, &used, &total, NULL) >= 0)
                 disk = json_pack("{s:I,s:I}", "used_bytes", (json_int_t)used, "total_bytes",
                                  (json_int_t)total);
-        return json_pack("{s:s, s:s, s:s, s:s, s:o, s:o, s:O, s:O, s:o, s:o, s:i}", "name",
+        return json_pack("{s:s, s:s, s:s, s:s?, s:o, s:o, s:O, s:O, s:o, s:o, s:i}", "name",
                          sb->name, "id", sb->id, "state", sb->box ? "running" : "stopped", "image",
-                         "host", "created", iso_time(sb->created_ms), "last_used",
+                         sb->spec ? sb->spec->image
+                                  : json_string_value(json_object_get(sb->stored_doc, "image")),
+                         "created", iso_time(sb->created_ms), "last_used",
                          iso_time(sb->last_used_ms), "labels", svc_labels(sb), "spec",
                          sb->spec ? sb->spec->doc : sb->stored_doc, "usage", usage, "disk", disk,
                          "execs_running", (int)sb->active);
@@ -702,6 +711,8 @@ static int open_parts(struct cage_service *svc, struct cage_error *err)
                 return r;
         if ((r = private_mounts(err)) < 0)
                 return r;
+        if ((r = svc_images_open(svc, err)) < 0)
+                return r;
         /* The sandboxes of a dead server first (thawed, killed, their groups
          * removed): their mount namespaces hold its workspaces' mounts. */
         launch_sweep_stale_cgroups(STALE_SWEEP_WAIT_MS);
@@ -830,6 +841,7 @@ struct cage_service *cage_service_close(struct cage_service *svc)
         svc->upstreams = cage_upstreams_close(svc->upstreams);
         svc->egress = cage_egress_close(svc->egress);
         svc_layers_close(svc);
+        svc_images_close(svc);
         svc->audit = cage_audit_close(svc->audit);
         svc->redactor = cage_redactor_unref(svc->redactor);
         svc->store = cage_store_close(svc->store);

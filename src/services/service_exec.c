@@ -518,7 +518,7 @@ struct run_ctx {
 };
 
 static int run_prepare(struct cage_service *svc, const char *tenant, const json_t *req,
-                       struct run_ctx *c, struct cage_error *err)
+                       const struct cage_service_io *io, struct run_ctx *c, struct cage_error *err)
 {
         int r = svc_spec_parse(svc->cfg, req, false, run_extra, &c->spec, err);
         if (r < 0)
@@ -539,7 +539,7 @@ static int run_prepare(struct cage_service *svc, const char *tenant, const json_
         r = svc_requirements_prepare(svc, c->spec, tenant, &c->requirements, &c->failed, err);
         if (r != 0)
                 return r;
-        if ((r = svc_box_start(svc, c->spec, NULL, tenant, NULL, NULL, &c->box, err)) < 0)
+        if ((r = svc_box_start(svc, c->spec, NULL, tenant, NULL, NULL, io, &c->box, err)) < 0)
                 return r;
         if ((c->ws = svc_open_run_workspace(c->box, err)) < 0)
                 return c->ws;
@@ -555,7 +555,7 @@ int cage_service_run(struct cage_service *svc, const char *tenant, const json_t 
         struct run_ctx c = {.ws = -1};
         struct cage_result res = {0};
         json_t *artifacts = NULL;
-        int r = run_prepare(svc, tenant, req, &c, err);
+        int r = run_prepare(svc, tenant, req, io, &c, err);
         if (r == 1) { /* pip failed: that is the run's result */
                 *ret = TAKE_PTR(c.failed);
                 json_object_set_new(*ret, "run_id", json_string(c.run_id));

@@ -63,7 +63,8 @@ struct cage_service {
         struct cage_pool *pool;
         struct cage_upstreams *upstreams;
         struct cage_egress *egress;
-        struct svc_layers *layers; /* installed pip requirements (requirements.c) */
+        struct svc_layers *layers;       /* installed pip requirements (requirements.c) */
+        struct cage_image_store *images; /* <data_dir>/images (service_images.c) */
         pthread_mutex_t lock;
         struct sb *list;
         pthread_t reaper;
@@ -97,8 +98,21 @@ int svc_workspace_fd(struct sb *sb, struct cage_error *err);
  * audited as tenant/name (name NULL for one-shot runs; phase NULL but for
  * internal phases). */
 int svc_box_start(struct cage_service *svc, const struct svc_spec *spec, const char *workspace,
-                  const char *tenant, const char *name, const char *phase, struct cage_box **ret,
-                  struct cage_error *err);
+                  const char *tenant, const char *name, const char *phase,
+                  const struct cage_service_io *io, struct cage_box **ret, struct cage_error *err);
+
+/* Images (service_images.c): the store, and an image for a launch — got,
+ * or pulled on first use when the pull policy allows (progress through
+ * io->on_status, cancelled by io->cancel_fd; io may be NULL), with its
+ * User resolved. "host" gives no image. The lease is attached to the box
+ * that uses the image, or released. */
+int svc_images_open(struct cage_service *svc, struct cage_error *err);
+void svc_images_close(struct cage_service *svc);
+int svc_image_acquire(struct cage_service *svc, const char *ref, const char *tenant,
+                      const struct cage_service_io *io, struct svc_image_launch *ret,
+                      struct cage_error *err);
+void svc_image_attach(struct cage_box *box, struct svc_image_launch *launch);
+void svc_image_release(struct svc_image_launch *launch);
 
 /* Pip requirements (requirements.c): makes sure spec's requirement set is
  * installed in a cached layer and points spec->requirements_dir at it.

@@ -169,6 +169,20 @@ static void audit_run(struct cage_service *svc, enum cage_audit_event ev, const 
         svc_audit(svc, ev, tenant, name, labels, f);
 }
 
+/* A session in box, whose image is `image`: an image without python3 is
+ * named in the error. */
+static int start_session(struct cage_box *box, const char *image, struct cage_session **ret,
+                         struct cage_error *err)
+{
+        int r = cage_session_start(box, NULL, ret, err);
+        if (r == -ENOEXEC && strcmp(image, "host") != 0)
+                return cage_fail_plain(err, r,
+                                       "image \"%s\" has no python3 on its PATH: Python needs an "
+                                       "image with python3 3.8 or newer",
+                                       image);
+        return r;
+}
+
 /* ---- named sandboxes ---- */
 
 /* With py_lock held: the sandbox's session, started if needed. */
@@ -178,7 +192,7 @@ static int session_of(struct sb *sb, struct cage_box *box, struct cage_error *er
                 sb->session = cage_session_free(sb->session);
         if (sb->session)
                 return 0;
-        return cage_session_start(box, NULL, &sb->session, err);
+        return start_session(box, sb->spec->image, &sb->session, err);
 }
 
 static int run_named(struct cage_service *svc, const char *tenant, const char *name,
@@ -247,7 +261,8 @@ struct oneshot {
         json_t *failed;       /* the result when pip failed */
 };
 
-static int oneshot_start(struct cage_service *svc, const char *tenant, struct oneshot *o,
+static int oneshot_start(struct cage_service *svc, const char *tenant,
+                         const struct cage_service_io *io, struct oneshot *o,
                          struct cage_error *err)
 {
         if (cage_pool_serves(svc->pool, o->spec)) {
@@ -260,14 +275,15 @@ static int oneshot_start(struct cage_service *svc, const char *tenant, struct on
         int r = svc_requirements_prepare(svc, o->spec, tenant, &o->requirements, &o->failed, err);
         if (r != 0)
                 return r;
-        r = svc_box_start(svc, o->spec, NULL, tenant, NULL, NULL, &o->box, err);
+        r = svc_box_start(svc, o->spec, NULL, tenant, NULL, NULL, io, &o->box, err);
         if (r == 0)
-                r = cage_session_start(o->box, NULL, &o->session, err);
+                r = start_session(o->box, o->spec->image, &o->session, err);
         return r;
 }
 
 static int oneshot_prepare(struct cage_service *svc, const char *tenant, const json_t *req,
-                           struct oneshot *o, struct cage_error *err)
+                           const struct cage_service_io *io, struct oneshot *o,
+                           struct cage_error *err)
 {
         int r = svc_spec_parse(svc->cfg, req, false, oneshot_extra, &o->spec, err);
         if (r == 0)
@@ -278,7 +294,7 @@ static int oneshot_prepare(struct cage_service *svc, const char *tenant, const j
                 return r;
         o->q.timeout_ms = o->spec->timeout_s_ms;
         if ((r = cage_store_new_id(o->run_id, err)) < 0 ||
-            (r = oneshot_start(svc, tenant, o, err)) != 0)
+            (r = oneshot_start(svc, tenant, io, o, err)) != 0)
                 return r;
         if ((o->ws = svc_open_run_workspace(o->box, err)) < 0)
                 return o->ws;
@@ -294,7 +310,7 @@ static int run_oneshot(struct cage_service *svc, const char *tenant, const json_
 {
         struct oneshot o = {.ws = -1};
         json_t *artifacts = NULL;
-        int r = oneshot_prepare(svc, tenant, req, &o, err);
+        int r = oneshot_prepare(svc, tenant, req, io, &o, err);
         if (r == 1) { /* pip failed: that is the run's result */
                 *ret = TAKE_PTR(o.failed);
                 json_object_set_new(*ret, "run_id", json_string(o.run_id));

@@ -181,6 +181,18 @@ static void drain_fd(int fd)
                 ;
 }
 
+/* Why the driver never said "ready": no python3 in the image is the
+ * caller's to fix (-ENOEXEC); anything else is ours. */
+static int start_failed(struct cage_session *s, int r, struct cage_error *err)
+{
+        int e = cage_box_proc_exec_errno(s->proc);
+        if (e == ENOENT || e == EACCES || e == ENOEXEC)
+                return cage_fail_plain(err, -ENOEXEC,
+                                       "python3 is not in this sandbox's image (not found on its "
+                                       "PATH): Python needs an image with python3 3.8 or newer");
+        return cage_fail(err, r, "the Python session did not start");
+}
+
 int cage_session_start(struct cage_box *box, char *const *env, struct cage_session **ret,
                        struct cage_error *err)
 {
@@ -207,12 +219,10 @@ int cage_session_start(struct cage_box *box, char *const *env, struct cage_sessi
         json_t *ready = NULL;
         if (r == 0) {
                 r = wait_frame(s, clock_mono_ms() + SESSION_START_MS, &ready);
-                if (r < 0 || strcmp(op_of(ready), "ready") != 0)
-                        r = cage_fail(err, r < 0 ? r : -EPROTO,
-                                      "the Python session did not start (is python3 in the "
-                                      "image?)");
-                else
-                        r = 0;
+                if (r == 0 && strcmp(op_of(ready), "ready") != 0)
+                        r = -EPROTO;
+                if (r < 0)
+                        r = start_failed(s, r, err);
         }
         json_decref(ready);
         if (r < 0) {

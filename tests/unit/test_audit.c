@@ -126,10 +126,11 @@ static struct cage_redactor *secret_redactor(void)
 TEST(event_names_round_trip)
 {
         static const char *const names[] = {
-                "sandbox.create", "sandbox.start", "sandbox.stop", "sandbox.remove", "exec.start",
-                "exec.end",       "run.start",     "run.end",      "file.write",     "file.read",
-                "file.delete",    "secret.inject", "policy.deny",  "auth.deny",      "network.allow",
-                "network.deny",   "requirements.install",
+                "sandbox.create",       "sandbox.start", "sandbox.stop",  "sandbox.remove",
+                "exec.start",           "exec.end",      "run.start",     "run.end",
+                "file.write",           "file.read",     "file.delete",   "secret.inject",
+                "policy.deny",          "auth.deny",     "network.allow", "network.deny",
+                "requirements.install", "image.pull",    "image.import",  "image.remove",
         };
         CHECK(sizeof(names) / sizeof(names[0]) == CAGE_AUDIT_EVENT_COUNT);
         for (int i = 0; i < CAGE_AUDIT_EVENT_COUNT; i++) {
