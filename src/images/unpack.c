@@ -369,7 +369,12 @@ static int make_dir(struct layer *l, struct archive_entry *e, int parent_fd, con
         }
         if (mkdirat(parent_fd, base, 0700) < 0 && errno != EEXIST)
                 return cage_fail(l->err, -errno, "layer entry \"%.200s\"", name);
-        if (fchmodat(parent_fd, base, entry_mode(e), 0) < 0)
+        _cleanup_close_ int fd =
+                openat(parent_fd, base, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        /* A store owned by a user other than root keeps its own access to
+         * every directory, so later entries and removals are not refused. */
+        mode_t mode = entry_mode(e) | (geteuid() != 0 ? S_IRWXU : 0);
+        if (fd < 0 || fchmod(fd, mode) < 0)
                 return cage_fail(l->err, -errno, "layer entry \"%.200s\"", name);
         return 0;
 }
