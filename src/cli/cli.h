@@ -40,4 +40,21 @@ int parse_mount(const char *opt, char *s, bool writable, struct cage_mount *ret,
                 struct cage_error *err);
 int parse_debug_disable(const char *s, uint32_t *ret, struct cage_error *err);
 
+/* The image store of the config's data_dir (image_store.c). */
+struct cage_config;
+struct cage_image_store;
+struct cli_image_store {
+        struct cage_config *cfg;
+        struct cage_image_store *store;
+        bool tty; /* progress as one updating line */
+        char last_status[256];
+};
+/* config_path NULL: the built-in defaults. */
+int cli_image_store_open(const char *config_path, struct cli_image_store *ret,
+                         struct cage_error *err);
+void cli_image_store_close(struct cli_image_store *s);
+/* A cage_image_progress_fn whose userdata is the cli_image_store. */
+void cli_image_progress(void *userdata, uint64_t done, uint64_t total, const char *status);
+void cli_image_progress_end(struct cli_image_store *s);
+
 #endif

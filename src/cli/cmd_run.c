@@ -14,6 +14,7 @@
 #include "cli.h"
 #include "core/output.h"
 #include "core/spec.h"
+#include "images/images.h"
 #include "util/cleanup.h"
 #include "util/error.h"
 #include "util/fdutil.h"
@@ -35,6 +36,7 @@ enum run_opt {
         OPT_NOFILE,
         OPT_WORKDIR,
         OPT_USER,
+        OPT_CONFIG,
         OPT_STDIN,
         OPT_JSON,
         OPT_DEBUG_DISABLE,
@@ -48,8 +50,12 @@ static const struct run_option {
         const char *arg; /* NULL: a flag */
         const char *help;
 } run_options[] = {
-        {"image", OPT_IMAGE, "host|DIR",
-         "root filesystem: the host's userland (default) or a rootfs directory"},
+        {"image", OPT_IMAGE, "host|DIR|REF",
+         "root filesystem: the host's userland (default), a rootfs directory, or an OCI image "
+         "(python:3.12-slim, ghcr.io/o/r:tag), pulled into the store when missing"},
+        {"config", OPT_CONFIG, "FILE",
+         "the server config whose data_dir holds the image store and whose `images` section "
+         "applies (default: built-in, /var/lib/codecage)"},
         {"ro", OPT_RO, "SRC[:DST]", "bind host path SRC read-only at DST (default: same path)"},
         {"rw", OPT_RW, "SRC[:DST]", "bind host path SRC read-write at DST"},
         {"env", OPT_ENV, "K=V", "set an environment variable (the environment starts empty)"},
@@ -107,7 +113,10 @@ static void usage(FILE *f)
 struct run_args {
         struct cage_spec spec;
         bool json;
-        bool output_max_set, output_stop_set;
+        bool output_max_set, output_stop_set, workdir_set, user_set;
+        const char *config;
+        struct cli_image_store images;
+        struct cage_image *image; /* --image REF, leased while it runs */
         char *env_pass_storage[CAGE_ENV_MAX];
         size_t n_env_pass;
         int stdin_fd;
@@ -234,9 +243,14 @@ static int apply_option(struct run_args *a, int id, char *v, struct cage_error *
                 return add_env_pass(a, v, err);
         case OPT_WORKDIR:
                 a->spec.workdir = v;
+                a->workdir_set = true;
                 return 0;
         case OPT_USER:
+                a->user_set = true;
                 return parse_user(v, &a->spec.uid, &a->spec.gid, err);
+        case OPT_CONFIG:
+                a->config = v;
+                return 0;
         case OPT_STDIN:
                 return open_stdin(a, v, err);
         case OPT_JSON:
@@ -372,6 +386,42 @@ static int run_json(struct run_args *a, struct cage_result *res, struct cage_err
         return 0;
 }
 
+/* --image REF: the image from the store (pulled when missing and the
+ * config's pull_policy allows) as the root, its Env under --env, its
+ * WorkingDir and User unless --workdir / --user say otherwise. */
+static int use_image(struct run_args *a, struct cage_error *err)
+{
+        const char *ref = a->spec.image;
+        if (strcmp(ref, "host") == 0 || ref[0] == '/')
+                return 0;
+        int r = cli_image_store_open(a->config, &a->images, err);
+        if (r < 0)
+                return r;
+        struct cage_image_op op = {
+                .progress = cli_image_progress, .userdata = &a->images, .cancel_fd = -1};
+        r = cage_image_ensure(a->images.store, ref, &op, &a->image, err);
+        cli_image_progress_end(&a->images);
+        if (r < 0)
+                return r;
+        a->spec.image = a->image->rootfs;
+        if (!a->workdir_set && cage_image_workdir(a->image))
+                a->spec.workdir = cage_image_workdir(a->image);
+        if (!a->user_set && (r = cage_image_user(a->image, &a->spec.uid, &a->spec.gid, err)) < 0)
+                return r;
+        size_t n = 0;
+        while (a->image->env[n])
+                n++;
+        if (a->spec.n_env + n > CAGE_ENV_MAX)
+                return cage_fail(err, -EINVAL, "--env: at most %d variables with the image's",
+                                 CAGE_ENV_MAX);
+        memmove(&a->spec.env[n], &a->spec.env[0], a->spec.n_env * sizeof(a->spec.env[0]));
+        for (size_t i = 0; i < n; i++)
+                a->spec.env[i] = a->image->env[i];
+        a->spec.n_env += n;
+        a->spec.env[a->spec.n_env] = NULL;
+        return 0;
+}
+
 int cmd_run(int argc, char **argv)
 {
         struct run_args a = {.stdin_fd = -1};
@@ -379,6 +429,8 @@ int cmd_run(int argc, char **argv)
         struct cage_result res = {0};
         cage_spec_init(&a.spec);
         int r = parse_args(&a, argc, argv, &err);
+        if (r == 0)
+                r = use_image(&a, &err);
         if (r == 0)
                 r = a.json ? run_json(&a, &res, &err) : run_plain(&a, &res, &err);
         int code = r < 0 ? EXIT_CODECAGE_FAILED : a.json ? 0 : exit_code_for(&res);
@@ -389,5 +441,7 @@ int cmd_run(int argc, char **argv)
                 free(a.env_pass_storage[i]);
         if (a.stdin_fd >= 0)
                 close(a.stdin_fd);
+        cage_image_free(a.image);
+        cli_image_store_close(&a.images);
         return code;
 }

@@ -181,4 +181,16 @@ int cage_image_store_size(struct cage_image_store *store, uint64_t *ret, struct 
 
 struct cage_image *cage_image_free(struct cage_image *image);
 
+/* ---- what an image gives a launch (launch.c) ----------------------------- */
+
+/* The image's User as ids inside the sandbox: resolved in the image's own
+ * /etc/passwd and /etc/group; unset means 0:0 (root, as image authors
+ * expect — still an unprivileged host id of the sandbox's own). -EINVAL
+ * naming the user when the image does not have it. */
+int cage_image_user(const struct cage_image *image, uint32_t *ret_uid, uint32_t *ret_gid,
+                    struct cage_error *err);
+/* Its WorkingDir when that is a clean absolute path of a directory the
+ * image has; NULL otherwise (a read-only root cannot get one). */
+const char *cage_image_workdir(const struct cage_image *image);
+
 #endif
