@@ -89,8 +89,9 @@ static const struct sb_option {
          "the server's Unix socket (default: DATA_DIR/codecage.sock)"},
         {"token", OPT_TOKEN, "TOKEN", C_ALL, "bearer token (default: $CODECAGE_TOKEN)"},
         {"json", OPT_JSON, NULL, C_ALL, "print the server's JSON answer"},
-        {"image", OPT_IMAGE, "I", C_CREATE,
-         "root filesystem: host (default) or a rootfs directory"},
+        {"image", OPT_IMAGE, "REF", C_CREATE,
+         "root filesystem: host (default) or an OCI image (python:3.12-slim), pulled by the "
+         "server on first use"},
         {"memory", OPT_MEMORY, "MIB", C_CREATE, "memory limit (default: the server's)"},
         {"cpus", OPT_CPUS, "N", C_CREATE, "CPU bandwidth, fractional allowed"},
         {"pids", OPT_PIDS, "N", C_CREATE, "processes and threads"},
