@@ -1,27 +1,20 @@
 /* `codecage image pull|import|ls|inspect|rm|prune`: the local image store
  * (docs/IMAGES.md), without a server. The store is <data_dir>/images of
- * the config `--config` names (the same one `codecage serve` uses), and
- * every command is safe while a server uses it (src/images/store.c locks).
- *
- * The config file is read through services/config.c, as serve reads it;
- * its `images` section is taken out first and parsed by the images code
- * (images_config.c), so both parsers see only their part. Progress of a
- * pull or an import goes to stderr; results to stdout. Exit status: 0, or
+ * the config `--config` names (the same one `codecage serve` uses), opened
+ * with its `images` section by cli/image_store.c, and every command is safe
+ * while a server uses it (src/images/store.c locks). Progress of a pull or
+ * an import goes to stderr; results to stdout. Exit status: 0, or
  * EXIT_CODECAGE_FAILED after a one-line message. */
 #include <errno.h>
-#include <fcntl.h>
-#include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
 #include "images/images.h"
-#include "services/config.h"
 #include "util/cleanup.h"
 #include "util/error.h"
 
@@ -38,11 +31,8 @@ struct image_args {
 
 struct image_ctx {
         struct image_args a;
-        struct cage_config *cfg;
-        struct cage_images_config images;
-        struct cage_image_store *store;
-        char last_status[256];
-        bool tty;
+        struct cli_image_store s;
+        struct cage_image_store *store; /* s.store */
 };
 
 static void usage(FILE *f)
@@ -119,87 +109,7 @@ static int parse_args(int argc, char **argv, struct image_args *a)
         return 0;
 }
 
-/* ---- config ---- */
-
-static int read_doc(const char *path, json_t **ret, struct cage_error *err)
-{
-        struct stat st;
-        if (stat(path, &st) < 0)
-                return cage_fail(err, -errno, "config %s", path);
-        if (!S_ISREG(st.st_mode) || st.st_size > CAGE_CONFIG_FILE_MAX)
-                return cage_fail_plain(err, -EINVAL,
-                                       "config %s: not a regular file of at most "
-                                       "%d bytes",
-                                       path, CAGE_CONFIG_FILE_MAX);
-        json_error_t jerr;
-        *ret = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
-        if (!*ret || !json_is_object(*ret))
-                return cage_fail_plain(err, -EINVAL,
-                                       "config %s: invalid JSON at line %d, "
-                                       "column %d",
-                                       path, jerr.line, jerr.column);
-        return 0;
-}
-
-/* The service config and the images section of the file --config names. */
-static int load_config(struct image_ctx *c, struct cage_error *err)
-{
-        if (!c->a.config) {
-                int r = cage_config_defaults(&c->cfg, err);
-                return r < 0 ? r : cage_images_config_parse(NULL, &c->images, err);
-        }
-        json_auto_t *root = NULL;
-        int r = read_doc(c->a.config, &root, err);
-        if (r < 0)
-                return r;
-        json_auto_t *images = json_incref(json_object_get(root, "images"));
-        json_object_del(root, "images");
-        if ((r = cage_images_config_parse(images, &c->images, err)) < 0)
-                return r;
-        char *text = json_dumps(root, JSON_COMPACT);
-        if (!text)
-                return cage_fail(err, -ENOMEM, "config");
-        r = cage_config_parse(text, strlen(text), &c->cfg, err);
-        explicit_bzero(text, strlen(text)); /* it may hold secret values and tokens */
-        free(text);
-        return r;
-}
-
-static int open_store(struct image_ctx *c, struct cage_error *err)
-{
-        char dir[PATH_MAX];
-        int r = load_config(c, err);
-        if (r < 0)
-                return r;
-        if (snprintf(dir, sizeof(dir), "%s/images", c->cfg->data_dir) >= (int)sizeof(dir))
-                return cage_fail_plain(err, -ENAMETOOLONG, "data_dir is too long");
-        return cage_image_store_open(dir, &c->images, &c->store, err);
-}
-
 /* ---- output ---- */
-
-static void progress(void *userdata, uint64_t done, uint64_t total, const char *status)
-{
-        struct image_ctx *c = userdata;
-        if (c->tty) {
-                if (total)
-                        fprintf(stderr, "\r\033[K%s %.1f/%.1f MiB", status, done / 1048576.0,
-                                total / 1048576.0);
-                else
-                        fprintf(stderr, "\r\033[K%s", status);
-                return;
-        }
-        if (strcmp(status, c->last_status) != 0) {
-                fprintf(stderr, "%s\n", status);
-                snprintf(c->last_status, sizeof(c->last_status), "%s", status);
-        }
-}
-
-static void end_progress(struct image_ctx *c)
-{
-        if (c->tty)
-                fprintf(stderr, "\r\033[K");
-}
 
 static void print_json(json_t *j)
 {
@@ -259,10 +169,11 @@ static int need_args(struct image_ctx *c, size_t lo, size_t hi)
 
 static int do_pull(struct image_ctx *c, struct cage_error *err)
 {
-        struct cage_image_op op = {.progress = progress, .userdata = c, .cancel_fd = -1};
+        struct cage_image_op op = {
+                .progress = cli_image_progress, .userdata = &c->s, .cancel_fd = -1};
         struct cage_image *img = NULL;
         int r = cage_image_pull(c->store, c->a.pos[0], &op, &img, err);
-        end_progress(c);
+        cli_image_progress_end(&c->s);
         if (r < 0)
                 return r;
         if (c->a.json) {
@@ -278,10 +189,11 @@ static int do_pull(struct image_ctx *c, struct cage_error *err)
 
 static int do_import(struct image_ctx *c, struct cage_error *err)
 {
-        struct cage_image_op op = {.progress = progress, .userdata = c, .cancel_fd = -1};
+        struct cage_image_op op = {
+                .progress = cli_image_progress, .userdata = &c->s, .cancel_fd = -1};
         json_auto_t *ids = NULL;
         int r = cage_image_import(c->store, c->a.pos[0], c->a.tag, &op, &ids, err);
-        end_progress(c);
+        cli_image_progress_end(&c->s);
         if (r < 0)
                 return r;
         if (c->a.json) {
@@ -405,7 +317,7 @@ static const struct {
 
 int cmd_image(int argc, char **argv)
 {
-        struct image_ctx c = {.tty = isatty(STDERR_FILENO)};
+        struct image_ctx c = {};
         struct cage_error err = {};
         int r = parse_args(argc, argv, &c.a);
         if (r != 0)
@@ -424,13 +336,12 @@ int cmd_image(int argc, char **argv)
         }
         if (need_args(&c, image_commands[i].min_args, image_commands[i].max_args) < 0)
                 return EXIT_CODECAGE_FAILED;
-        r = open_store(&c, &err);
+        r = cli_image_store_open(c.a.config, &c.s, &err);
+        c.store = c.s.store;
         if (r >= 0)
                 r = image_commands[i].fn(&c, &err);
         if (r < 0 && r != -EEXIST)
                 fprintf(stderr, "codecage: image %s: %s\n", c.a.cmd, err.message);
-        cage_image_store_close(c.store);
-        cage_images_config_done(&c.images);
-        cage_config_free(c.cfg);
+        cli_image_store_close(&c.s);
         return r < 0 ? EXIT_CODECAGE_FAILED : 0;
 }
