@@ -55,19 +55,35 @@ static int64_t mono_ms(void)
 
 /* ---- the key ---------------------------------------------------------------------- */
 
-static int layer_key(const struct cage_config *cfg, const json_t *reqs, char out[KEY_LEN + 1],
-                     struct cage_error *err)
+/* The interpreter a layer is for: the host's python3 (path, size, mtime),
+ * or an image's, which its id (the config digest) names exactly. */
+static int interpreter_id(const char *image_id, char *buf, size_t size, struct cage_error *err)
 {
         char real[4096];
         struct stat st;
+        if (image_id) {
+                snprintf(buf, size, "image %s", image_id);
+                return 0;
+        }
         if (!realpath(PYTHON, real) || stat(real, &st) < 0)
                 return cage_fail(err, -errno, "requirements: finding the interpreter %s", PYTHON);
+        snprintf(buf, size, "%s\n%lld\n%lld", real, (long long)st.st_size,
+                 (long long)st.st_mtime);
+        return 0;
+}
+
+static int layer_key(const struct cage_config *cfg, const json_t *reqs, const char *image_id,
+                     char out[KEY_LEN + 1], struct cage_error *err)
+{
+        char interp[4096 + 64];
+        int r = interpreter_id(image_id, interp, sizeof(interp), err);
+        if (r < 0)
+                return r;
         EVP_MD_CTX *md = EVP_MD_CTX_new();
         unsigned char digest[EVP_MAX_MD_SIZE];
         unsigned len = 0;
-        char head[4096 + 128];
-        int n = snprintf(head, sizeof(head), "layer-v1\n%s\n%lld\n%lld\n%s\n", real,
-                         (long long)st.st_size, (long long)st.st_mtime, cfg->pip.index_url);
+        char head[4096 + 256];
+        int n = snprintf(head, sizeof(head), "layer-v1\n%s\n%s\n", interp, cfg->pip.index_url);
         bool ok = md && EVP_DigestInit_ex(md, EVP_sha256(), NULL) &&
                   EVP_DigestUpdate(md, head, (size_t)n);
         size_t i;
@@ -111,6 +127,8 @@ static int install_spec(struct cage_service *svc, const struct svc_spec *user,
         s->network.n = cfg->pip.hosts.n;
         json_decref(s->labels);
         s->labels = json_deep_copy(user->labels);
+        /* The run's own image: its python3 -m pip installs for its python3. */
+        snprintf(s->image, sizeof(s->image), "%s", user->image);
         *ret = s;
         return 0;
 }
@@ -319,6 +337,19 @@ static int obtain(struct cage_service *svc, const struct svc_spec *spec, const c
         return r;
 }
 
+/* The id of the run's image ("" for the host's), got or pulled now: the
+ * layer is for that image's interpreter. */
+static int image_id_of(struct cage_service *svc, const struct svc_spec *spec, const char *tenant,
+                       char id[CAGE_IMAGE_DIGEST_LEN + 1], struct cage_error *err)
+{
+        struct svc_image_launch launch;
+        int r = svc_image_acquire(svc, spec->image, tenant, NULL, &launch, err);
+        if (r == 0 && launch.image)
+                snprintf(id, CAGE_IMAGE_DIGEST_LEN + 1, "%s", launch.image->id);
+        svc_image_release(&launch);
+        return r;
+}
+
 int svc_requirements_prepare(struct cage_service *svc, struct svc_spec *spec, const char *tenant,
                              json_t **ret_info, json_t **ret_failed, struct cage_error *err)
 {
@@ -326,7 +357,11 @@ int svc_requirements_prepare(struct cage_service *svc, struct svc_spec *spec, co
         *ret_info = *ret_failed = NULL;
         if (!json_array_size(spec->requirements))
                 return 0;
-        int r = layer_key(svc->cfg, spec->requirements, key, err);
+        char image_id[CAGE_IMAGE_DIGEST_LEN + 1] = "";
+        int r = image_id_of(svc, spec, tenant, image_id, err);
+        if (r == 0)
+                r = layer_key(svc->cfg, spec->requirements, image_id[0] ? image_id : NULL, key,
+                              err);
         if (r < 0)
                 return r;
         int64_t start = mono_ms();
