@@ -32,6 +32,7 @@ bool image_guard_on(enum image_guard guard)
                 [GUARD_HARDLINK] = "image-hardlink", [GUARD_DEVICES] = "image-devices",
                 [GUARD_SETUID] = "image-setuid",     [GUARD_WHITEOUT] = "image-whiteout",
                 [GUARD_BOUNDS] = "image-bounds",     [GUARD_DIGEST] = "image-digest",
+                [GUARD_ACCOUNTS] = "image-accounts",
         };
         const char *off = getenv("CODECAGE_DEBUG_DISABLE");
         if (off && strstr(off, names[guard]))

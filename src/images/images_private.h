@@ -28,6 +28,7 @@ enum image_guard {
         GUARD_WHITEOUT, /* "image-whiteout": whiteout names checked */
         GUARD_BOUNDS,   /* "image-bounds": per-layer bytes and entries */
         GUARD_DIGEST,   /* "image-digest": blobs verified by digest and size */
+        GUARD_ACCOUNTS, /* "image-accounts": an image's passwd/group read inside its root */
 };
 bool image_guard_on(enum image_guard guard);
 

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "images/images.h"
+#include "images/images_private.h"
 #include "util/cleanup.h"
 #include "util/error.h"
 #include "util/fdutil.h"
@@ -26,8 +27,11 @@ static int open_in_image(const struct cage_image *image, const char *rel, uint64
         _cleanup_close_ int root = open(image->rootfs, O_PATH | O_DIRECTORY | O_CLOEXEC);
         if (root < 0)
                 return -errno;
-        struct open_how how = {.flags = flags | O_CLOEXEC,
-                               .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS};
+        /* An image's /etc/passwd may be a symlink to anything: inside its
+         * root it can only name the image's own files. */
+        uint64_t resolve =
+                image_guard_on(GUARD_ACCOUNTS) ? RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS : 0;
+        struct open_how how = {.flags = flags | O_CLOEXEC, .resolve = resolve};
         int fd = (int)syscall(SYS_openat2, root, rel, &how, sizeof(how));
         return fd < 0 ? -errno : fd;
 }

@@ -1,0 +1,198 @@
+"""What an agent does, in an image: one-shot shell and Python runs, named
+sandboxes with sessions, files and artifacts, over the HTTP API and MCP —
+in a Debian 12 image with python3 that the tests build with mmdebstrap (from
+Debian's archive, cached between runs on this machine) and in small busybox
+images whose config sets Env, WorkingDir and User. Plus the refusals:
+images the config does not allow, `dir:` from a client, an image without
+python3 for Python, and an image in use that cannot be removed."""
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import BUILD
+from imagelib import busybox_layer, d, docker_save, f, image_config, tar_bytes
+from serverlib import Server
+from test_mcp import INIT, Stdio, rpc, write_config
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the server's workspaces need root")
+
+DEBIAN = "codecage-test/debian-python:12"
+DEBIAN_PACKAGES = ["python3-minimal", "libpython3.11-stdlib"]
+CACHE = Path("/var/tmp/codecage-test-images")
+BUSYBOX_ENV = "codecage-test/busybox-env:1"
+BUSYBOX_USER = "codecage-test/busybox-user:1"
+
+
+def debian_rootfs_tar():
+    """A Debian 12 root with python3 as a tar, built once per machine."""
+    key = hashlib.sha256(json.dumps(["bookworm", "essential", DEBIAN_PACKAGES]).encode())
+    path = CACHE / f"debian-python-{key.hexdigest()[:16]}.tar"
+    if path.exists():
+        return path
+    if not shutil.which("mmdebstrap"):
+        pytest.fail("mmdebstrap is missing: the test command installs it (scripts/deps.sh)")
+    CACHE.mkdir(parents=True, exist_ok=True)
+    part = path.with_suffix(".part")
+    p = subprocess.run(["mmdebstrap", "--variant=essential",
+                        "--include=" + ",".join(DEBIAN_PACKAGES), "--format=tar", "bookworm",
+                        str(part)], capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    part.rename(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def archives(tmp_path_factory):
+    """docker save archives of the Debian image and two busybox images."""
+    tmp = tmp_path_factory.mktemp("images")
+    layer = debian_rootfs_tar().read_bytes()
+    docker_save(tmp / "debian.tar", [layer], tags=(DEBIAN,), config=image_config([layer]))
+    base = busybox_layer()
+    env_cfg = image_config([base], env=["PATH=/bin", "FROM_IMAGE=yes", "OVERRIDE=image"],
+                           workdir="/etc")
+    docker_save(tmp / "bb-env.tar", [base], tags=(BUSYBOX_ENV,), config=env_cfg)
+    accounts = tar_bytes([d("etc"), f("etc/passwd", b"root:x:0:0::/:/bin/sh\n"
+                                                    b"agent:x:4321:8765::/tmp:/bin/sh\n"),
+                          f("etc/group", b"root:x:0:\nagents:x:8765:\n")])
+    user_cfg = image_config([base, accounts], user="agent")
+    docker_save(tmp / "bb-user.tar", [base, accounts], tags=(BUSYBOX_USER,), config=user_cfg)
+    return tmp
+
+
+def import_image(config_path, archive):
+    p = subprocess.run([str(BUILD / "codecage"), "image", "import", str(archive), "--config",
+                        str(config_path)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+
+
+@pytest.fixture
+def server(tmp_path, archives):
+    s = Server(tmp_path, extra={"pool_size": 0})
+    for name in ("debian.tar", "bb-env.tar", "bb-user.tar"):
+        import_image(s.config_path, archives / name)
+    yield s
+    s.stop()
+
+
+def run(server, **req):
+    return server.ok("POST", "/v1/run", req)
+
+
+def python(server, **req):
+    return server.ok("POST", "/v1/python", req)
+
+
+def test_one_shot_runs_use_the_image(server):
+    r = run(server, command="grep ^VERSION_CODENAME /etc/os-release; python3 -c 'print(6*7)'",
+            image=DEBIAN)
+    assert r["status"] == "ok" and r["stdout"] == "VERSION_CODENAME=bookworm\n42\n", r
+    host = run(server, command="grep -c bookworm /etc/os-release || true")
+    assert host["status"] == "ok"  # the host image is still the default
+    p = python(server, image=DEBIAN,
+               code="import os, sys\nos.makedirs('output', exist_ok=True)\n"
+                    "open('output/result.txt', 'w').write('from the image')\n"
+                    "sys.version_info[:2]")
+    assert p["status"] == "ok" and p["return_value"] == [3, 11], p
+    assert [a["path"] for a in p["artifacts"]] == ["output/result.txt"]
+    got = server.request("GET", f"/v1/runs/{p['run_id']}/files/output/result.txt")
+    assert got.status == 200 and got.body == b"from the image"
+
+
+def test_a_named_sandbox_in_the_image_keeps_its_session_and_files(server):
+    info = server.ok("POST", "/v1/sandboxes", {"name": "deb", "image": DEBIAN})
+    assert info["image"] == "docker.io/" + DEBIAN and info["spec"]["image"] == info["image"]
+    say = lambda code: server.ok("POST", "/v1/sandboxes/deb/python", {"code": code})
+    assert say("import platform\nx = 41")["status"] == "ok"
+    assert say("x + 1")["return_value"] == 42
+    put = server.request("PUT", "/v1/sandboxes/deb/files/data/in.txt", b"payload",
+                         headers={"Content-Type": "application/octet-stream"})
+    assert put.status in (200, 201), put.body
+    r = server.ok("POST", "/v1/sandboxes/deb/exec",
+                  {"script": "cat data/in.txt; python3 -c 'import os; print(os.getcwd())'"})
+    assert r["stdout"] == "payload/workspace\n", r
+    server.ok("POST", "/v1/sandboxes/deb/stop")
+    r = server.ok("POST", "/v1/sandboxes/deb/exec", {"script": "cat data/in.txt"})
+    assert r["stdout"] == "payload" and r["restarted"] is True
+    server.ok("DELETE", "/v1/sandboxes/deb")
+
+
+def test_the_image_config_env_workdir_and_user_apply(server):
+    r = run(server, image=BUSYBOX_ENV, env={"OVERRIDE": "request"},
+            command="echo $FROM_IMAGE $OVERRIDE; pwd; id")
+    assert r["stdout"] == "yes request\n/etc\nuid=0 gid=0\n", r
+    r = run(server, image=BUSYBOX_USER, command="id -u; id -g; touch /tmp/x && echo writable")
+    assert r["stdout"] == "4321\n8765\nwritable\n", r
+
+
+def test_python_in_an_image_without_python3_is_a_clear_error(server):
+    r = server.request("POST", "/v1/python", {"code": "1", "image": BUSYBOX_ENV})
+    assert r.status == 400, r.body
+    assert "has no python3" in r.json["error"]["message"] and BUSYBOX_ENV in \
+        r.json["error"]["message"]
+
+
+def test_refusals(tmp_path, archives):
+    s = Server(tmp_path, extra={"pool_size": 0,
+                                "images": {"allow": ["docker.io/codecage-test/busybox-*"],
+                                           "pull_policy": "never"}})
+    try:
+        r = s.request("POST", "/v1/run", {"command": "true", "image": DEBIAN})
+        assert r.status == 403 and "images.allow" in r.json["error"]["message"], r.body
+        r = s.request("POST", "/v1/run", {"command": "true", "image": "dir:/"})
+        assert r.status == 403, r.body
+        r = s.request("POST", "/v1/run", {"command": "true", "image": "Not A Ref!"})
+        assert r.status == 400, r.body
+        r = s.request("POST", "/v1/run", {"command": "true", "image": BUSYBOX_ENV})
+        assert r.status == 404 and "pull_policy" in r.json["error"]["message"], r.body
+    finally:
+        s.stop()
+
+
+def test_an_image_in_use_is_not_removed(server):
+    server.ok("POST", "/v1/sandboxes", {"name": "keep", "image": BUSYBOX_ENV})
+    rm = lambda: subprocess.run([str(BUILD / "codecage"), "image", "rm", BUSYBOX_ENV, "--config",
+                                 str(server.config_path)], capture_output=True, text=True,
+                                timeout=60)
+    p = rm()
+    assert p.returncode != 0 and "in use" in p.stderr, p.stderr
+    assert server.ok("POST", "/v1/sandboxes/keep/exec", {"script": "echo $FROM_IMAGE"})[
+        "stdout"] == "yes\n"
+    server.ok("DELETE", "/v1/sandboxes/keep")
+    assert rm().returncode == 0
+
+
+def call(stdio, name, arguments, id):
+    stdio.send(rpc("tools/call", {"name": name, "arguments": arguments}, id=id))
+    reply = stdio.recv()
+    while reply.get("id") != id:
+        reply = stdio.recv()
+    assert "result" in reply, reply
+    return reply["result"]
+
+
+def test_mcp_tools_take_an_image(tmp_path, archives):
+    cfg = write_config(tmp_path, pool_size=0)
+    import_image(cfg, archives / "debian.tar")
+    s = Stdio(cfg)
+    try:
+        s.ask(rpc("initialize", INIT))
+        s.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        tools = {t["name"]: t for t in s.ask(rpc("tools/list", id=2))["result"]["tools"]}
+        for name in ("run_python", "run_shell", "sandbox_create"):
+            assert "image" in tools[name]["inputSchema"]["properties"], name
+        r = call(s, "run_python", {"code": "import sys; sys.version_info[0]", "image": DEBIAN}, 3)
+        assert r["structuredContent"]["return_value"] == 3, r
+        call(s, "sandbox_create", {"name": "mcpdeb", "image": DEBIAN}, 4)
+        call(s, "run_python", {"code": "y = 'kept'", "sandbox": "mcpdeb"}, 5)
+        r = call(s, "run_python", {"code": "y", "sandbox": "mcpdeb"}, 6)
+        assert r["structuredContent"]["return_value"] == "kept", r
+        r = call(s, "run_shell", {"command": "true", "sandbox": "mcpdeb", "image": DEBIAN}, 7)
+        assert r["isError"] is True and "image" in r["content"][0]["text"], r
+        call(s, "sandbox_remove", {"name": "mcpdeb"}, 8)
+    finally:
+        s.close()
