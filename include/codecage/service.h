@@ -220,6 +220,25 @@ int cage_service_run_file_read(struct cage_service *svc, const char *tenant, con
                                const char *path, size_t max, void **ret_data, size_t *ret_len,
                                struct cage_error *err);
 
+/* Images (docs/IMAGES.md), shared by every tenant of the server. list:
+ * [{ref, id, manifest_digest, size, created, last_used, in_use}]; inspect:
+ * that plus refs, layers, config, platform. pull {"ref"}: a reference the
+ * config's images.allow admits, pulled (again) from its registry unless
+ * pull_policy is "never" (-EPERM); audited as image.pull; returns inspect.
+ * import: a `docker save` archive or an OCI layout as a tar, tag NULL or a
+ * reference; audited as image.import; returns [{id, ref,
+ * manifest_digest}]. remove: -EBUSY while a sandbox uses it; audited as
+ * image.remove. The HTTP API lets only operators import and remove. */
+int cage_service_images_list(struct cage_service *svc, json_t **ret, struct cage_error *err);
+int cage_service_image_inspect(struct cage_service *svc, const char *ref, json_t **ret,
+                               struct cage_error *err);
+int cage_service_image_pull(struct cage_service *svc, const char *tenant, const json_t *req,
+                            const struct cage_service_io *io, json_t **ret, struct cage_error *err);
+int cage_service_image_import(struct cage_service *svc, const char *tenant, const void *data,
+                              size_t len, const char *tag, json_t **ret, struct cage_error *err);
+int cage_service_image_remove(struct cage_service *svc, const char *tenant, const char *ref,
+                              json_t **ret, struct cage_error *err);
+
 #ifdef __cplusplus
 }
 #endif

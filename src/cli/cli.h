@@ -5,7 +5,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "codecage/codecage.h"
+#include "services/audit.h"
 
 /* Exit codes of `codecage run` besides the program's own (see docs/CLI.md). */
 enum {
@@ -56,5 +59,8 @@ void cli_image_store_close(struct cli_image_store *s);
 /* A cage_image_progress_fn whose userdata is the cli_image_store. */
 void cli_image_progress(void *userdata, uint64_t done, uint64_t total, const char *status);
 void cli_image_progress_end(struct cli_image_store *s);
+/* An image.* record in the config's audit log (a warning when it cannot be
+ * written); takes fields. */
+void cli_image_audit(struct cli_image_store *s, enum cage_audit_event event, json_t *fields);
 
 #endif

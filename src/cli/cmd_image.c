@@ -176,6 +176,9 @@ static int do_pull(struct image_ctx *c, struct cage_error *err)
         cli_image_progress_end(&c->s);
         if (r < 0)
                 return r;
+        cli_image_audit(&c->s, CAGE_AUDIT_IMAGE_PULL,
+                        json_pack("{s:s,s:s,s:s,s:s}", "ref", img->ref, "id", img->id,
+                                  "manifest_digest", img->manifest_digest, "status", "ok"));
         if (c->a.json) {
                 json_auto_t *j = json_pack("{s:s,s:s,s:s}", "ref", img->ref, "id", img->id,
                                            "manifest_digest", img->manifest_digest);
@@ -196,6 +199,8 @@ static int do_import(struct image_ctx *c, struct cage_error *err)
         cli_image_progress_end(&c->s);
         if (r < 0)
                 return r;
+        cli_image_audit(&c->s, CAGE_AUDIT_IMAGE_IMPORT,
+                        json_pack("{s:s,s:O}", "path", c->a.pos[0], "images", ids));
         if (c->a.json) {
                 print_json(ids);
                 return 0;
@@ -275,6 +280,8 @@ static int do_rm(struct image_ctx *c, struct cage_error *err)
                         failed = one.code;
                         continue;
                 }
+                cli_image_audit(&c->s, CAGE_AUDIT_IMAGE_REMOVE,
+                                json_pack("{s:s,s:s}", "ref", c->a.pos[i], "id", id));
                 if (c->a.json)
                         json_array_append_new(out,
                                               json_pack("{s:s,s:s}", "ref", c->a.pos[i], "id", id));

@@ -11,6 +11,7 @@
 
 #include "cli.h"
 #include "images/images.h"
+#include "services/audit.h"
 #include "services/config.h"
 #include "util/error.h"
 
@@ -50,6 +51,21 @@ void cli_image_progress(void *userdata, uint64_t done, uint64_t total, const cha
                 fprintf(stderr, "%s\n", status);
                 snprintf(s->last_status, sizeof(s->last_status), "%s", status);
         }
+}
+
+void cli_image_audit(struct cli_image_store *s, enum cage_audit_event event, json_t *fields)
+{
+        struct cage_audit *audit = NULL;
+        struct cage_error err = {0};
+        if (fields)
+                json_object_set_new(fields, "by", json_string("codecage image"));
+        int r = cage_audit_open(s->cfg->audit_log, NULL, &audit, &err);
+        if (r == 0)
+                r = cage_audit_record(audit, event, NULL, NULL, NULL, fields, &err);
+        if (r < 0)
+                fprintf(stderr, "codecage: warning: the audit log: %s\n", err.message);
+        cage_audit_close(audit);
+        json_decref(fields);
 }
 
 void cli_image_progress_end(struct cli_image_store *s)

@@ -192,6 +192,12 @@ int api_python_var_get(struct http_call *c, struct http_reply *r, struct cage_er
 int api_python_var_put(struct http_call *c, struct http_reply *r, struct cage_error *err);
 int api_python_var_load(struct http_call *c, struct http_reply *r, struct cage_error *err);
 int api_pool(struct http_call *c, struct http_reply *r, struct cage_error *err);
+/* api_images.c */
+int api_images_list(struct http_call *c, struct http_reply *r, struct cage_error *err);
+int api_image_inspect(struct http_call *c, struct http_reply *r, struct cage_error *err);
+int api_image_pull(struct http_call *c, struct http_reply *r, struct cage_error *err);
+int api_image_import(struct http_call *c, struct http_reply *r, struct cage_error *err);
+int api_image_remove(struct http_call *c, struct http_reply *r, struct cage_error *err);
 int api_host_call_answer(struct http_call *c, struct http_reply *r, struct cage_error *err);
 
 /* sse.c */

@@ -59,6 +59,12 @@ static const struct route routes[] = {
         {"POST", "/v1/sandboxes/{name}/python/variables/{path}", api_python_var_load,
          ROUTE_JSON_BODY},
         {"GET", "/v1/pool", api_pool, ROUTE_OPERATOR}, /* counts every tenant's runs */
+        /* Images (api_images.c): {path} is a reference, slashes and all. */
+        {"GET", "/v1/images", api_images_list, 0},
+        {"POST", "/v1/images/pull", api_image_pull, ROUTE_JSON_BODY},
+        {"POST", "/v1/images/import", api_image_import, ROUTE_RAW_BODY | ROUTE_OPERATOR},
+        {"GET", "/v1/images/{path}", api_image_inspect, 0},
+        {"DELETE", "/v1/images/{path}", api_image_remove, ROUTE_OPERATOR},
         {"POST", "/v1/host_calls/{path}", api_host_call_answer, ROUTE_JSON_BODY},
 };
 

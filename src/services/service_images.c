@@ -4,15 +4,18 @@
  * image starts, with its User and WorkingDir (images/launch.c). The image stays leased (in the
  * store) as long as the sandbox that uses it exists: the lease is attached to the box. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/box.h"
 #include "service_private.h"
 #include "util/cleanup.h"
 #include "util/clock.h"
 #include "util/error.h"
+#include "util/fdutil.h"
 
 int svc_images_open(struct cage_service *svc, struct cage_error *err)
 {
@@ -143,4 +146,77 @@ void svc_image_attach(struct cage_box *box, struct svc_image_launch *launch)
 void svc_image_release(struct svc_image_launch *launch)
 {
         launch->image = cage_image_free(launch->image);
+}
+
+/* ---- the images API ---- */
+
+int cage_service_images_list(struct cage_service *svc, json_t **ret, struct cage_error *err)
+{
+        return cage_image_list(svc->images, ret, err);
+}
+
+int cage_service_image_inspect(struct cage_service *svc, const char *ref, json_t **ret,
+                               struct cage_error *err)
+{
+        return cage_image_inspect(svc->images, ref, ret, err);
+}
+
+int cage_service_image_pull(struct cage_service *svc, const char *tenant, const json_t *req,
+                            const struct cage_service_io *io, json_t **ret, struct cage_error *err)
+{
+        const char *text = json_string_value(json_object_get(req, "ref"));
+        struct cage_image_ref ref;
+        struct cage_image *image = NULL;
+        if (!json_is_object(req) || json_object_size(req) != 1 || !text)
+                return cage_fail(err, -EINVAL, "the body must be {\"ref\": \"<image reference>\"}");
+        int r = cage_image_ref_parse(text, &ref, err);
+        if (r < 0)
+                return r;
+        if (!cage_images_config_allows(&svc->cfg->images, ref.full))
+                r = cage_fail_plain(err, -EPERM,
+                                    "ref: \"%.300s\" is not allowed by this server (images.allow)",
+                                    ref.full);
+        else if (svc->cfg->images.pull_policy == CAGE_PULL_NEVER)
+                r = cage_fail_plain(err, -EPERM,
+                                    "this server does not pull images (pull_policy \"never\")");
+        if (r == 0 && (r = pull(svc, ref.full, tenant, io, &image, err)) == 0)
+                r = cage_image_inspect(svc->images, image->id, ret, err);
+        cage_image_free(image);
+        svc_audit_denied(svc, r, tenant, NULL, err);
+        return r;
+}
+
+/* The upload into a file of the store's own directory, then imported. */
+int cage_service_image_import(struct cage_service *svc, const char *tenant, const void *data,
+                              size_t len, const char *tag, json_t **ret, struct cage_error *err)
+{
+        _cleanup_free_ char *path = NULL;
+        if (asprintf(&path, "%s/images/upload-XXXXXX", svc->cfg->data_dir) < 0)
+                return cage_fail(err, -ENOMEM, "paths");
+        _cleanup_close_ int fd = mkostemp(path, O_CLOEXEC);
+        if (fd < 0)
+                return cage_fail(err, -errno, "storing the upload");
+        int r = write_all(fd, data, len);
+        if (r < 0)
+                r = cage_fail(err, r, "storing the upload");
+        else
+                r = cage_image_import(svc->images, path, tag, NULL, ret, err);
+        unlink(path);
+        if (r == 0)
+                svc_audit(svc, CAGE_AUDIT_IMAGE_IMPORT, tenant, NULL, NULL,
+                          json_pack("{s:s, s:O}", "path", "upload", "images", *ret));
+        return r;
+}
+
+int cage_service_image_remove(struct cage_service *svc, const char *tenant, const char *ref,
+                              json_t **ret, struct cage_error *err)
+{
+        char id[CAGE_IMAGE_DIGEST_LEN + 1] = "";
+        int r = cage_image_remove(svc->images, ref, id, err);
+        if (r < 0)
+                return r;
+        svc_audit(svc, CAGE_AUDIT_IMAGE_REMOVE, tenant, NULL, NULL,
+                  json_pack("{s:s, s:s}", "ref", ref, "id", id));
+        *ret = json_pack("{s:s, s:s}", "removed", ref, "id", id);
+        return *ret ? 0 : cage_fail(err, -ENOMEM, "reply");
 }

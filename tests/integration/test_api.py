@@ -126,6 +126,8 @@ EXPECTED_ROUTES = {
     ("get", "/v1/sandboxes/{name}/files"), ("post", "/v1/sandboxes/{name}/files"),
     ("get", "/v1/sandboxes/{name}/files/{path}"), ("put", "/v1/sandboxes/{name}/files/{path}"),
     ("delete", "/v1/sandboxes/{name}/files/{path}"), ("post", "/v1/sandboxes/{name}/mkdir"),
+    ("get", "/v1/images"), ("post", "/v1/images/pull"), ("post", "/v1/images/import"),
+    ("get", "/v1/images/{ref}"), ("delete", "/v1/images/{ref}"),
 }
 
 

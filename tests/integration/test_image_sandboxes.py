@@ -196,3 +196,46 @@ def test_mcp_tools_take_an_image(tmp_path, archives):
         call(s, "sandbox_remove", {"name": "mcpdeb"}, 8)
     finally:
         s.close()
+
+
+OPERATOR = "operator-token-" + "o" * 20
+AGENT = "agent-token-" + "a" * 24
+
+
+def test_images_api(tmp_path, archives):
+    """/v1/images: everyone lists, inspects and pulls what images.allow
+    admits; only operators import (a tenant could otherwise plant an image
+    under a name every tenant uses) and remove. Imports and removals are
+    audited with their digests."""
+    s = Server(tmp_path, extra={"pool_size": 0, "tenants": [
+        {"name": "ops", "token": OPERATOR, "operator": True},
+        {"name": "agent", "token": AGENT}]})
+    try:
+        upload = (archives / "bb-env.tar").read_bytes()
+        headers = {"Content-Type": "application/x-tar"}
+        # (a short body: the refusal comes before the server reads an upload)
+        r = s.request("POST", "/v1/images/import?tag=team/tool:1", upload[:512], token=AGENT,
+                      headers=headers)
+        assert r.status == 403, r.body
+        r = s.request("POST", "/v1/images/import?tag=team/tool:1", upload, token=OPERATOR,
+                      headers=headers)
+        assert r.status == 201, r.body
+        image_id = r.json["imported"][0]["id"]
+        listed = s.ok("GET", "/v1/images", token=AGENT)["images"]
+        assert [i["ref"] for i in listed] == ["docker.io/team/tool:1"]
+        info = s.ok("GET", "/v1/images/docker.io/team/tool:1", token=AGENT)
+        assert info["id"] == image_id and info["config"]["WorkingDir"] == "/etc", info
+        r = s.request("GET", "/v1/images/docker.io/team/missing:1", token=AGENT)
+        assert r.status == 404
+        run = s.ok("POST", "/v1/run", {"command": "echo $FROM_IMAGE", "image": "team/tool:1"},
+                   token=AGENT)
+        assert run["stdout"] == "yes\n"
+        r = s.request("DELETE", "/v1/images/team/tool:1", token=AGENT)
+        assert r.status == 403, r.body
+        assert s.ok("DELETE", "/v1/images/team/tool:1", token=OPERATOR)["id"] == image_id
+        assert s.ok("GET", "/v1/images", token=AGENT)["images"] == []
+        events = [(e["event"], e.get("id") or e.get("images", [{}])[0].get("id"))
+                  for e in s.audit_records() if e["event"].startswith("image.")]
+        assert events == [("image.import", image_id), ("image.remove", image_id)], events
+    finally:
+        s.stop()
