@@ -440,6 +440,25 @@ static json_t *meta_json(const struct commit *c)
                          (json_int_t)c->size, "created", (json_int_t)clock_wall_ms());
 }
 
+/* The files codecage binds over in every sandbox (its hosts, resolv.conf
+ * and hostname) need something to be bound over, and a sandbox's root is
+ * read-only: an image without them gets empty ones, as container runtimes
+ * do. An etc that is no plain directory is left alone. */
+static void add_cover_points(int root_fd)
+{
+        static const char *const names[] = {"hosts", "resolv.conf", "hostname"};
+        if (mkdirat(root_fd, "etc", 0755) < 0 && errno != EEXIST)
+                return;
+        _cleanup_close_ int etc =
+                openat(root_fd, "etc", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        for (size_t i = 0; etc >= 0 && i < sizeof(names) / sizeof(names[0]); i++) {
+                int fd = openat(etc, names[i], O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                                0644);
+                if (fd >= 0)
+                        close(fd);
+        }
+}
+
 /* Unpacks into roots/.new-..., then renames the root and writes the meta. */
 static int build_image(struct cage_image_store *s, struct commit *c, const struct cage_image_op *op,
                        struct cage_error *err)
@@ -454,6 +473,8 @@ static int build_image(struct cage_image_store *s, struct commit *c, const struc
         int root_fd = openat(s->dir_fd, work, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
         int r = root_fd < 0 ? cage_fail(err, -errno, "image store %s", work)
                             : unpack_all(s, c, root_fd, op, err);
+        if (r >= 0)
+                add_cover_points(root_fd);
         if (root_fd >= 0)
                 close(root_fd);
         if (r >= 0) {

@@ -873,6 +873,66 @@ static int parse_upstream(json_t *e, const char *where, struct cage_error *err)
         return 0;
 }
 
+/* One `pool` entry: {"image": "host" or a reference images.allow admits,
+ * "size": 0..CAGE_CONFIG_POOL_MAX (default 1)}. */
+static int parse_pool_image(json_t *e, const char *where, const struct cage_config *cfg,
+                            struct cage_pool_image *ret, struct cage_error *err)
+{
+        static const char *const keys[] = {"image", "size", NULL};
+        double size;
+        int r = json_is_object(e) ? config_check_keys(e, where, keys, err)
+                                  : cage_fail(err, -EINVAL, "%s: must be {image, size}", where);
+        if (r < 0)
+                return r;
+        const char *image = json_string_value(json_object_get(e, "image"));
+        if (!image)
+                return cage_fail(err, -EINVAL, "%s.image: required, \"host\" or a reference",
+                                 where);
+        struct cage_image_ref ref;
+        if (strcmp(image, "host") != 0) {
+                if ((r = cage_image_ref_parse(image, &ref, err)) < 0)
+                        return r;
+                if (!cage_images_config_allows(&cfg->images, ref.full))
+                        return cage_fail(err, -EINVAL, "%s.image: not allowed by images.allow",
+                                         where);
+                image = ref.full;
+        }
+        r = config_get_number(e, where, "size", NUM_U64, 0, CAGE_CONFIG_POOL_MAX, &size, err);
+        if (r < 0)
+                return r;
+        ret->size = r ? (uint32_t)size : 1;
+        ret->image = strdup(image);
+        return ret->image ? 0 : cage_fail(err, -ENOMEM, "pool");
+}
+
+static int parse_pool(json_t *root, struct cage_config *cfg, struct cage_error *err)
+{
+        json_t *arr = json_object_get(root, "pool");
+        if (!arr)
+                return 0;
+        if (!json_is_array(arr) || json_array_size(arr) > CAGE_CONFIG_POOL_IMAGES_MAX)
+                return cage_fail(err, -EINVAL, "pool: a list of at most %d {image, size}",
+                                 CAGE_CONFIG_POOL_IMAGES_MAX);
+        cfg->pool_images = calloc(json_array_size(arr) + 1, sizeof(*cfg->pool_images));
+        if (!cfg->pool_images)
+                return cage_fail(err, -ENOMEM, "pool");
+        size_t i;
+        json_t *e;
+        json_array_foreach(arr, i, e)
+        {
+                char where[FIELD_MAX];
+                snprintf(where, sizeof(where), "pool[%zu]", i);
+                int r = parse_pool_image(e, where, cfg, &cfg->pool_images[i], err);
+                if (r < 0)
+                        return r;
+                cfg->n_pool_images++;
+                for (size_t j = 0; j < i; j++)
+                        if (strcmp(cfg->pool_images[j].image, cfg->pool_images[i].image) == 0)
+                                return cage_fail(err, -EINVAL, "%s.image: listed twice", where);
+        }
+        return 0;
+}
+
 static int parse_upstreams(json_t *root, struct cage_config *cfg, struct cage_error *err)
 {
         json_t *arr = json_object_get(root, "upstream_servers");
@@ -1180,6 +1240,7 @@ static int config_from_json(json_t *root, struct cage_config **ret, struct cage_
                                            "pip",
                                            "fetch",
                                            "images",
+                                           "pool",
                                            NULL};
         json_auto_t *empty = NULL;
         int r;
@@ -1204,7 +1265,8 @@ static int config_from_json(json_t *root, struct cage_config **ret, struct cage_
             (r = parse_upstreams(root, cfg, err)) < 0 || (r = parse_listen(root, cfg, err)) < 0 ||
             (r = check_auth_exposure(cfg, err)) < 0 ||
             (r = config_parse_network(root, cfg, err)) < 0 ||
-            (r = cage_images_config_parse(json_object_get(root, "images"), &cfg->images, err)) < 0)
+            (r = cage_images_config_parse(json_object_get(root, "images"), &cfg->images, err)) < 0 ||
+            (r = parse_pool(root, cfg, err)) < 0)
                 return r;
         *ret = TAKE_PTR(cfg);
         return 0;
@@ -1295,6 +1357,9 @@ struct cage_config *cage_config_free(struct cage_config *cfg)
         json_decref(cfg->upstream_servers);
         config_free_network(cfg);
         cage_images_config_done(&cfg->images);
+        for (size_t i = 0; i < cfg->n_pool_images; i++)
+                free(cfg->pool_images[i].image);
+        free(cfg->pool_images);
         free(cfg->data_dir);
         free(cfg->listen_http);
         free(cfg->listen_unix);

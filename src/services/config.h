@@ -40,6 +40,7 @@ struct cage_redactor;
 #define CAGE_CONFIG_ENV_NAME_MAX    128
 #define CAGE_CONFIG_MOUNTS_MAX      64
 #define CAGE_CONFIG_POOL_MAX        256
+#define CAGE_CONFIG_POOL_IMAGES_MAX 32 /* entries of `pool` */
 #define CAGE_CONFIG_UPSTREAMS_MAX   32
 
 /* The most a single request may ask for. */
@@ -112,6 +113,13 @@ struct cage_config_fetch {
         uint32_t max_redirects;
 };
 
+/* An entry of `pool`: keep `size` warm sandboxes of `image` ("host" or a
+ * normalised reference). */
+struct cage_pool_image {
+        char *image;
+        uint32_t size;
+};
+
 struct cage_config {
         char *data_dir;
 
@@ -138,6 +146,8 @@ struct cage_config {
         uint64_t retention_s;
         uint64_t idle_timeout_s;  /* 0 = never */
         uint32_t pool_size;       /* warm sandboxes kept for one-shot Python runs */
+        struct cage_pool_image *pool_images; /* the `pool` section: warm sandboxes per image */
+        size_t n_pool_images;
         json_t *upstream_servers; /* validated [{name, command, allow?}] or NULL */
         char *audit_log;
         struct cage_config_network network;

@@ -255,6 +255,14 @@ int svc_box_start(struct cage_service *svc, const struct svc_spec *spec, const c
         return r;
 }
 
+/* How the warm pool starts its sandboxes: like every launch, with its
+ * image got (or pulled) from the store. */
+static int pool_start_box(void *ctx, const struct svc_spec *spec, struct cage_box **ret)
+{
+        struct cage_error err = {0};
+        return svc_box_start(ctx, spec, NULL, NULL, NULL, "pool", NULL, ret, &err);
+}
+
 static int start_locked(struct sb *sb, struct cage_error *err)
 {
         struct cage_service *svc = sb->svc;
@@ -738,7 +746,7 @@ static int open_parts(struct cage_service *svc, struct cage_error *err)
         if ((r = cage_egress_open(&cfg->network, svc->audit, &svc->egress, err)) < 0 ||
             (r = svc_layers_open(svc, err)) < 0)
                 return r;
-        if ((r = cage_pool_open(cfg, cfg->pool_size, &svc->pool, err)) < 0 ||
+        if ((r = cage_pool_open(cfg, pool_start_box, svc, &svc->pool, err)) < 0 ||
             (r = cage_upstreams_open(cfg->upstream_servers, &svc->upstreams, err)) < 0)
                 return r;
         r = -pthread_create(&svc->reaper, NULL, reaper_main, svc);

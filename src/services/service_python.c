@@ -266,7 +266,7 @@ static int oneshot_start(struct cage_service *svc, const char *tenant,
                          struct cage_error *err)
 {
         if (cage_pool_serves(svc->pool, o->spec)) {
-                o->pooled = cage_pool_take(svc->pool, &o->box, &o->session);
+                o->pooled = cage_pool_take(svc->pool, o->spec, &o->box, &o->session);
         } else {
                 cage_pool_note_cold(svc->pool);
         }

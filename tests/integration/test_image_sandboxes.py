@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -91,6 +92,10 @@ def test_one_shot_runs_use_the_image(server):
     r = run(server, command="grep ^VERSION_CODENAME /etc/os-release; python3 -c 'print(6*7)'",
             image=DEBIAN)
     assert r["status"] == "ok" and r["stdout"] == "VERSION_CODENAME=bookworm\n42\n", r
+    # The image has no hosts or hostname of its own: the sandbox still gets codecage's.
+    r = run(server, command="cat /etc/hostname; grep -c 'localhost codecage' /etc/hosts",
+            image=DEBIAN)
+    assert r["stdout"] == "codecage\n1\n", r
     host = run(server, command="grep -c bookworm /etc/os-release || true")
     assert host["status"] == "ok"  # the host image is still the default
     p = python(server, image=DEBIAN,
@@ -127,6 +132,24 @@ def test_the_image_config_env_workdir_and_user_apply(server):
     assert r["stdout"] == "yes request\n/etc\nuid=0 gid=0\n", r
     r = run(server, image=BUSYBOX_USER, command="id -u; id -g; touch /tmp/x && echo writable")
     assert r["stdout"] == "4321\n8765\nwritable\n", r
+
+
+def test_a_warm_pool_per_image(tmp_path, archives):
+    s = Server(tmp_path, extra={"pool_size": 0, "pool": [{"image": DEBIAN, "size": 1}]})
+    try:
+        import_image(s.config_path, archives / "debian.tar")
+        ready = lambda: s.ok("GET", "/v1/pool")["images"][1]["ready"] == 1
+        deadline = time.monotonic() + 120
+        while not ready():
+            assert time.monotonic() < deadline, s.ok("GET", "/v1/pool")
+            time.sleep(0.2)
+        r = python(s, code="import sys; sys.version_info[0]", image=DEBIAN)
+        assert r["pooled"] is True and r["return_value"] == 3, r
+        assert python(s, code="1")["pooled"] is False  # the host's shelf has size 0
+        shelves = {x["image"]: x for x in s.ok("GET", "/v1/pool")["images"]}
+        assert shelves["docker.io/" + DEBIAN]["hits"] == 1
+    finally:
+        s.stop()
 
 
 def test_python_in_an_image_without_python3_is_a_clear_error(server):
