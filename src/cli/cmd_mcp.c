@@ -22,6 +22,7 @@
 
 #include "cli.h"
 #include "server/mcp.h"
+#include "server/mcp_fixtures.h"
 #include "services/config.h"
 #include "services/service.h"
 #include "util/cleanup.h"
@@ -195,11 +196,12 @@ int mcp_serve_options_take(int *argc, char **argv)
         static const char *upstreams[MCP_UPSTREAMS_MAX];
         struct mcp_options opts = {.upstreams = upstreams};
         struct cage_error err = {0};
+        bool conformance = false;
         for (int i = 1; i < *argc;) {
                 if (strcmp(argv[i], "--") == 0)
                         break;
                 if (strcmp(argv[i], "--mcp-conformance") == 0) {
-                        opts.conformance = true;
+                        conformance = true;
                         drop_args(argc, argv, i, 1);
                 } else if (strncmp(argv[i], "--mcp-tools=", 12) == 0) {
                         opts.tools = argv[i] + 12;
@@ -223,9 +225,11 @@ int mcp_serve_options_take(int *argc, char **argv)
                 fprintf(stderr, "codecage: serve: %s\n", err.message);
                 return -EINVAL;
         }
-        if (opts.conformance)
+        if (conformance) { /* the fixtures are a provider of their own, added only here */
+                opts.providers[opts.n_providers++] = mcp_fixtures_provider_new;
                 fprintf(stderr, "codecage: serve: --mcp-conformance: serving the MCP conformance "
                                 "suite's test fixtures (for tests only)\n");
+        }
         mcp_serve_options_set(&opts);
         return 0;
 }

@@ -1,23 +1,28 @@
 /* The MCP server of codecage (docs/MCP.md), shared by the files of
  * src/server that make it up; transports see only mcp_receive() and the
  * session and call life cycle:
- *   mcp_server.c     the server object: options, tool table, redactor
- *   mcp_protocol.c   the method table and dispatch: initialize, ping,
- *                    logging, tools, resources, notifications
+ *   mcp_util.c       protocol errors, log level names, cursors and pages
+ *   mcp_content.c    content blocks, tool results, base64, URIs
  *   mcp_session.c    a session: negotiated state, requests in flight
  *                    (cancellation), requests to the client (sampling)
- *   mcp_tools.c      the tool table, tools/list, tools/call, argument checks
+ *   mcp_sampling.c   llm_query / llm_query_batched as sampling requests
+ *   mcp_tools.c      codecage's provider: the tool table (mcp_tools.json)
  *   mcp_handlers.c   the sandbox_*, file_* and python_* tools
  *   mcp_run.c        run_python and run_shell: progress, cancellation,
  *                    artifacts as images and resource links
- *   mcp_sampling.c   llm_query / llm_query_batched as sampling requests
- *   mcp_content.c    content blocks, tool results, base64, URIs
- *   mcp_resources.c  resources/list, read, templates/list (codecage://)
- *   mcp_fixtures.c   the conformance suite's fixtures (--mcp-conformance)
+ *   mcp_resources.c  codecage's resources (codecage://): templates, read
+ *   mcp_providers.c  the providers of a server (mcp_provider.h) and the
+ *                    methods answered from them: tools, resources,
+ *                    prompts, completion; argument checks
+ *   mcp_server.c     the server object: options, providers, redactor
+ *   mcp_protocol.c   the method table and dispatch: initialize, ping,
+ *                    logging, notifications, the providers' methods
  *   mcp_stdio.c      newline-delimited JSON-RPC on stdin/stdout
- *   mcp_sse.c        Server-Sent Event streams of the HTTP transport
  *   mcp_http.c       Streamable HTTP at /mcp of `codecage serve`
- * Dependencies point down: transports -> protocol -> tools -> service. */
+ * (mcp_fixtures.c, the conformance suite's fixtures, is a provider the
+ * command line adds for tests; nothing in the server names it.)
+ * Dependencies point down: transports -> protocol -> server -> providers
+ * -> session -> util; no file calls one above it. */
 #ifndef CODECAGE_SERVER_MCP_H
 #define CODECAGE_SERVER_MCP_H
 
@@ -51,31 +56,36 @@ struct cage_redactor;
 /* ---- the server ---------------------------------------------------------- */
 
 /* What the command line chooses (codecage mcp / serve). */
+#define MCP_UPSTREAMS_MAX 16
+#define MCP_PROVIDERS_MAX 4 /* codecage's own and those of mcp_options */
+
+struct mcp_provider;
+/* Makes a provider for a server of cfg (mcp_provider.h). */
+typedef int (*mcp_provider_new_fn)(const struct cage_config *cfg, struct mcp_provider **ret,
+                                   struct cage_error *err);
+
 struct mcp_options {
-        bool conformance;             /* the conformance suite's fixtures: tests only */
         const char *tools;            /* "run_python,file_read": only these; NULL = all */
         const char *const *upstreams; /* code mode: "NAME=COMMAND ARGS...", added to the
                                          config's upstream_servers (mcp_options_apply) */
         size_t n_upstreams;
+        /* Providers added after codecage's own, in order (tests: the
+         * conformance suite's fixtures with --mcp-conformance). */
+        mcp_provider_new_fn providers[MCP_PROVIDERS_MAX - 1];
+        size_t n_providers;
 };
-
-#define MCP_UPSTREAMS_MAX 16
 
 struct mcp_server {
         const struct cage_config *cfg;
         struct cage_service *svc;
-        struct cage_redactor *redactor; /* secrets, for live output */
-        bool conformance;
-        json_t *tools;    /* definitions of the enabled tools, in order */
-        json_t *fixtures; /* conformance fixtures (tools, resources, prompts) or NULL */
+        struct cage_redactor *redactor;                    /* secrets, for live output */
+        struct mcp_provider *providers[MCP_PROVIDERS_MAX]; /* codecage's first */
+        size_t n_providers;
 };
 
 int mcp_server_new(const struct cage_config *cfg, struct cage_service *svc,
                    const struct mcp_options *opts, struct mcp_server **ret, struct cage_error *err);
 struct mcp_server *mcp_server_free(struct mcp_server *srv);
-
-/* CLOCK_MONOTONIC in milliseconds. */
-uint64_t mcp_now_ms(void);
 
 /* The process-wide options of `codecage serve` (set by the command line
  * before the server starts; read by mcp_http.c). */
@@ -244,12 +254,14 @@ bool mcp_method_known(const char *method);
 /* Checks a --tools list ("run_python,file_read"): -EINVAL naming an
  * unknown tool. */
 int mcp_tools_check(const char *list, struct cage_error *err);
-int mcp_tools_load(struct mcp_server *srv, const char *list, struct cage_error *err);
-json_t *mcp_tools_list(struct mcp_session *s, const json_t *params, struct mcp_error *e);
-json_t *mcp_tools_call(struct mcp_call *c, struct mcp_error *e);
 /* Cursors of paginated lists: "" or NULL -> 0; -1 for a bad one. */
 long mcp_cursor_parse(const json_t *params);
 json_t *mcp_cursor_next(size_t offset);
+/* One page of all (MCP_PAGE_SIZE items from params' cursor on) as
+ * {key: [...], nextCursor?}; NULL with e for a bad cursor (method names
+ * the request in the message). */
+json_t *mcp_page(const json_t *all, const json_t *params, const char *key, const char *method,
+                 struct mcp_error *e);
 
 /* Tool handlers get their arguments checked against the inputSchema's
  * top level and return a complete CallToolResult (isError for failures a
@@ -309,22 +321,5 @@ int mcp_sample(struct mcp_call *c, const char *prompt, const json_t *kwargs, cha
  * (the service is code mode's MCP client: src/services/upstream.c). */
 int mcp_options_apply(const struct mcp_options *opts, struct cage_config *cfg,
                       struct cage_error *err);
-
-/* ---- resources (mcp_resources.c) ------------------------------------------- */
-
-json_t *mcp_resources_list(struct mcp_session *s, const json_t *params, struct mcp_error *e);
-json_t *mcp_resources_read(struct mcp_session *s, const json_t *params, struct mcp_error *e);
-json_t *mcp_resources_templates(struct mcp_session *s, const json_t *params, struct mcp_error *e);
-
-/* ---- conformance fixtures (mcp_fixtures.c) --------------------------------- */
-
-int mcp_fixtures_load(struct mcp_server *srv, struct cage_error *err);
-/* NULL when name is no fixture tool (then *found is false). */
-json_t *mcp_fixture_tool(struct mcp_call *c, const char *name, const json_t *args, bool *found);
-/* The contents of a fixture resource, or NULL for another URI. */
-json_t *mcp_fixture_resource(const struct mcp_server *srv, const char *uri);
-json_t *mcp_fixture_prompt(const struct mcp_server *srv, const json_t *params, struct mcp_error *e);
-json_t *mcp_fixture_complete(const struct mcp_server *srv, const json_t *params,
-                             struct mcp_error *e);
 
 #endif

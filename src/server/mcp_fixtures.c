@@ -1,9 +1,11 @@
-/* The fixtures of the official MCP conformance suite: tools, resources,
- * a resource template, prompts and completion, exactly as the suite's
- * scenarios expect them. Served only with `codecage serve
- * --mcp-conformance`, a test switch that is off by default; they touch no
- * sandbox. Their static parts are mcp_fixtures.json (embedded); what they
- * do (logging, progress, sampling, elicitation, substitutions) is here. */
+/* The fixtures of the official MCP conformance suite as an MCP provider
+ * (mcp_provider.h): tools, resources, a resource template, prompts and
+ * completion, exactly as the suite's scenarios expect them. The command
+ * line adds this provider only with `codecage serve --mcp-conformance`, a
+ * test switch that is off by default; the server itself never names it.
+ * They touch no sandbox. Their static parts are mcp_fixtures.json
+ * (embedded); what they do (logging, progress, sampling, elicitation,
+ * substitutions) is here. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +13,8 @@
 #include <time.h>
 
 #include "server/mcp.h"
+#include "server/mcp_fixtures.h"
+#include "server/mcp_provider.h"
 #include "util/cleanup.h"
 #include "util/error.h"
 
@@ -37,18 +41,6 @@ static json_t *with_media(const json_t *node, const json_t *doc)
         if (json_is_array(out))
                 json_array_foreach(out, i, v) json_array_set_new(out, i, with_media(v, doc));
         return out;
-}
-
-int mcp_fixtures_load(struct mcp_server *srv, struct cage_error *err)
-{
-        json_error_t jerr;
-        size_t len = (size_t)(cage_mcp_fixtures_json_end - cage_mcp_fixtures_json);
-        json_auto_t *doc = json_loadb(cage_mcp_fixtures_json, len, JSON_REJECT_DUPLICATES, &jerr);
-        if (!doc)
-                return cage_fail(err, -EINVAL, "mcp_fixtures.json: line %d: %s", jerr.line,
-                                 jerr.text);
-        srv->fixtures = with_media(doc, doc);
-        return srv->fixtures ? 0 : cage_fail(err, -ENOMEM, "fixtures");
 }
 
 static void sleep_ms(long ms)
@@ -102,15 +94,15 @@ static json_t *sampling(struct mcp_call *c, const json_t *args)
         return text_result(out);
 }
 
-static json_t *elicitation(struct mcp_call *c, const char *name, const json_t *args)
+static json_t *elicitation(const json_t *doc, struct mcp_call *c, const char *name,
+                           const json_t *args)
 {
         pthread_mutex_lock(&c->session->lock);
         bool able = c->session->elicitation;
         pthread_mutex_unlock(&c->session->lock);
         if (!able)
                 return mcp_result_error("%s: the client does not support elicitation", name);
-        const json_t *schema =
-                json_object_get(json_object_get(c->session->srv->fixtures, "elicitations"), name);
+        const json_t *schema = json_object_get(json_object_get(doc, "elicitations"), name);
         const char *message = json_string_value(json_object_get(args, "message"));
         json_t *params = json_pack("{s:s, s:O}", "message",
                                    message ? message : "Please provide the requested values",
@@ -129,11 +121,10 @@ static json_t *elicitation(struct mcp_call *c, const char *name, const json_t *a
         return n < 0 ? NULL : text_result(out);
 }
 
-json_t *mcp_fixture_tool(struct mcp_call *c, const char *name, const json_t *args, bool *found)
+static json_t *call_tool(const struct mcp_provider *p, struct mcp_call *c, const char *name,
+                         const json_t *args)
 {
-        const json_t *fixed =
-                json_object_get(json_object_get(c->session->srv->fixtures, "results"), name);
-        *found = true;
+        const json_t *fixed = json_object_get(json_object_get(p->data, "results"), name);
         if (fixed)
                 return json_deep_copy(fixed);
         if (strcmp(name, "test_tool_with_logging") == 0)
@@ -143,8 +134,7 @@ json_t *mcp_fixture_tool(struct mcp_call *c, const char *name, const json_t *arg
         if (strcmp(name, "test_sampling") == 0)
                 return sampling(c, args);
         if (strncmp(name, "test_elicitation", 16) == 0)
-                return elicitation(c, name, args);
-        *found = false;
+                return elicitation(p->data, c, name, args);
         return NULL;
 }
 
@@ -170,10 +160,12 @@ static json_t *template_resource(const char *uri)
                     : NULL;
 }
 
-json_t *mcp_fixture_resource(const struct mcp_server *srv, const char *uri)
+static int read_resource(const struct mcp_provider *p, struct mcp_session *s, const char *uri,
+                         json_t **ret, struct mcp_error *e)
 {
-        const json_t *fixed = json_object_get(json_object_get(srv->fixtures, "contents"), uri);
-        return fixed ? json_deep_copy(fixed) : template_resource(uri);
+        const json_t *fixed = json_object_get(json_object_get(p->data, "contents"), uri);
+        *ret = fixed ? json_deep_copy(fixed) : template_resource(uri);
+        return *ret ? 1 : 0;
 }
 
 /* ---- prompts and completion ----------------------------------------------------------- */
@@ -184,7 +176,7 @@ static json_t *user_text(const char *text)
                          text);
 }
 
-static json_t *prompt_messages(const struct mcp_server *srv, const char *name, const json_t *args,
+static json_t *prompt_messages(const json_t *doc, const char *name, const json_t *args,
                                struct mcp_error *e)
 {
         const char *arg1 = json_string_value(json_object_get(args, "arg1"));
@@ -212,34 +204,73 @@ static json_t *prompt_messages(const struct mcp_server *srv, const char *name, c
         }
         if (strcmp(name, "test_prompt_with_image") == 0)
                 return json_pack("[{s:s, s:{s:s, s:O, s:s}}, o]", "role", "user", "content", "type",
-                                 "image", "data", json_object_get(srv->fixtures, "png"), "mimeType",
+                                 "image", "data", json_object_get(doc, "png"), "mimeType",
                                  "image/png", user_text("Please analyze the image above."));
         return mcp_fail(e, JSONRPC_INVALID_PARAMS, "prompts/get: unknown prompt %.100s", name);
 }
 
-json_t *mcp_fixture_prompt(const struct mcp_server *srv, const json_t *params, struct mcp_error *e)
+static json_t *get_prompt(const struct mcp_provider *p, const json_t *params, struct mcp_error *e)
 {
         const char *name = json_string_value(json_object_get(params, "name"));
-        if (!name)
-                return mcp_fail(e, JSONRPC_INVALID_PARAMS, "prompts/get: params.name is required");
-        json_t *messages = prompt_messages(srv, name, json_object_get(params, "arguments"), e);
+        json_t *messages = prompt_messages(p->data, name, json_object_get(params, "arguments"), e);
         return messages ? json_pack("{s:o}", "messages", messages) : NULL;
 }
 
-json_t *mcp_fixture_complete(const struct mcp_server *srv, const json_t *params,
-                             struct mcp_error *e)
+/* The dispatch has checked params.ref and params.argument.value. */
+static json_t *complete(const struct mcp_provider *p, const json_t *params, struct mcp_error *e)
 {
         static const char *const words[] = {"paris", "park", "party"};
         const char *value =
                 json_string_value(json_object_get(json_object_get(params, "argument"), "value"));
-        if (!json_is_object(json_object_get(params, "ref")) || !value)
-                return mcp_fail(e, JSONRPC_INVALID_PARAMS,
-                                "completion/complete: params.ref and params.argument.value are "
-                                "required");
         json_t *values = json_array();
         for (size_t i = 0; values && i < ELEMENTSOF(words); i++)
                 if (strncmp(words[i], value, strlen(value)) == 0)
                         json_array_append_new(values, json_string(words[i]));
         return json_pack("{s:{s:o, s:I, s:b}}", "completion", "values", values, "total",
                          (json_int_t)json_array_size(values), "hasMore", 0);
+}
+
+/* ---- the provider ------------------------------------------------------------------- */
+
+static void free_doc(void *data)
+{
+        json_decref(data);
+}
+
+static json_t *part(const json_t *doc, const char *key)
+{
+        return json_incref(json_object_get(doc, key));
+}
+
+int mcp_fixtures_provider_new(const struct cage_config *cfg, struct mcp_provider **ret,
+                              struct cage_error *err)
+{
+        json_error_t jerr;
+        size_t len = (size_t)(cage_mcp_fixtures_json_end - cage_mcp_fixtures_json);
+        json_auto_t *raw = json_loadb(cage_mcp_fixtures_json, len, JSON_REJECT_DUPLICATES, &jerr);
+        if (!raw)
+                return cage_fail(err, -EINVAL, "mcp_fixtures.json: line %d: %s", jerr.line,
+                                 jerr.text);
+        json_t *doc = with_media(raw, raw);
+        struct mcp_provider *p = doc ? calloc(1, sizeof(*p)) : NULL;
+        if (!p) {
+                json_decref(doc);
+                return cage_fail(err, -ENOMEM, "fixtures");
+        }
+        *p = (struct mcp_provider){
+                .name = "conformance fixtures",
+                .data = doc,
+                .free_data = free_doc,
+                .tools = part(doc, "tools"),
+                .call = call_tool,
+                .resources = part(doc, "resources"),
+                .resource_templates = part(doc, "resourceTemplates"),
+                .subscribe = true,
+                .read = read_resource,
+                .prompts = part(doc, "prompts"),
+                .prompt = get_prompt,
+                .complete = complete,
+        };
+        *ret = p;
+        return 0;
 }

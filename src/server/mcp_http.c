@@ -46,6 +46,7 @@
 #include "server/mcp_http.h"
 #include "services/config.h"
 #include "util/cleanup.h"
+#include "util/clock.h"
 #include "util/error.h"
 
 #define SESSIONS_PER_TENANT 256
@@ -124,7 +125,7 @@ static bool idle(struct http_session *hs)
 
 static void sweep_locked(struct mcp_http *m)
 {
-        uint64_t now = mcp_now_ms();
+        uint64_t now = clock_mono_ms();
         for (struct http_session *hs = m->sessions, *next; hs; hs = next) {
                 next = hs->next;
                 if (idle(hs) && now - hs->last_used_ms >= SESSION_IDLE_MS)
@@ -138,7 +139,7 @@ static void release(struct mcp_http *m, struct http_session *hs)
                 return;
         pthread_mutex_lock(&m->lock);
         hs->users--;
-        hs->last_used_ms = mcp_now_ms();
+        hs->last_used_ms = clock_mono_ms();
         if (hs->removed && hs->users == 0)
                 entry_free(hs);
         pthread_mutex_unlock(&m->lock);
@@ -154,7 +155,7 @@ static int acquire(struct mcp_http *m, const char *id, const char *tenant,
                 hs = hs->next;
         if (hs) {
                 hs->users++;
-                hs->last_used_ms = mcp_now_ms();
+                hs->last_used_ms = clock_mono_ms();
         }
         pthread_mutex_unlock(&m->lock);
         *ret = hs;
@@ -200,7 +201,7 @@ static int create(struct mcp_http *m, const char *tenant, struct http_session **
                 return -ENOMEM;
         }
         hs->users = 1;
-        hs->last_used_ms = mcp_now_ms();
+        hs->last_used_ms = clock_mono_ms();
         pthread_mutex_lock(&m->lock);
         sweep_locked(m);
         int r = make_room_locked(m, tenant);

@@ -1,5 +1,8 @@
 /* MCP dispatch: what one message from the client does, for every
- * transport. Requests are looked up in the method table; tools/call
+ * transport. Requests are looked up in the method table (tools,
+ * resources, prompts and completion are answered from the server's
+ * providers: mcp_providers.c; a method no provider offers is unknown);
+ * tools/call
  * becomes a registered call the transport runs on its own thread (so the
  * transport keeps reading: a cancellation or a sampling answer can
  * arrive meanwhile); every other method answers at once. Responses go to
@@ -16,6 +19,7 @@
 #include <string.h>
 
 #include "server/mcp.h"
+#include "server/mcp_provider.h"
 #include "util/cleanup.h"
 
 static const char *const versions[] = {MCP_VERSION_LATEST, "2025-06-18", "2025-03-26"};
@@ -40,13 +44,14 @@ bool mcp_version_supported(const char *v)
 
 static json_t *capabilities(const struct mcp_server *srv)
 {
-        json_t *caps =
-                json_pack("{s:{s:b}, s:{s:b, s:b}, s:{}}", "tools", "listChanged", 0, "resources",
-                          "subscribe", srv->conformance, "listChanged", 0, "logging");
-        if (caps && srv->conformance) {
+        unsigned offer = mcp_providers_offer(srv);
+        json_t *caps = json_pack("{s:{s:b}, s:{s:b, s:b}, s:{}}", "tools", "listChanged", 0,
+                                 "resources", "subscribe", (offer & MCP_OFFER_SUBSCRIBE) != 0,
+                                 "listChanged", 0, "logging");
+        if (caps && (offer & MCP_OFFER_PROMPTS))
                 json_object_set_new(caps, "prompts", json_pack("{s:b}", "listChanged", 0));
+        if (caps && (offer & MCP_OFFER_COMPLETE))
                 json_object_set_new(caps, "completions", json_object());
-        }
         return caps;
 }
 
@@ -97,8 +102,8 @@ static json_t *m_set_level(struct mcp_session *s, const json_t *params, struct m
         return json_object();
 }
 
-/* Subscriptions are accepted (conformance mode only); our fixtures never
- * change, so no update is ever sent. */
+/* Subscriptions are accepted when a provider offers them; resources
+ * never change, so no update is ever sent. */
 static json_t *m_subscribe(struct mcp_session *s, const json_t *params, struct mcp_error *e)
 {
         if (!json_is_string(json_object_get(params, "uri")))
@@ -106,56 +111,39 @@ static json_t *m_subscribe(struct mcp_session *s, const json_t *params, struct m
         return json_object();
 }
 
-static json_t *m_prompts_list(struct mcp_session *s, const json_t *params, struct mcp_error *e)
-{
-        return json_pack("{s:O}", "prompts", json_object_get(s->srv->fixtures, "prompts"));
-}
-
-static json_t *m_prompts_get(struct mcp_session *s, const json_t *params, struct mcp_error *e)
-{
-        return mcp_fixture_prompt(s->srv, params, e);
-}
-
-static json_t *m_complete(struct mcp_session *s, const json_t *params, struct mcp_error *e)
-{
-        return mcp_fixture_complete(s->srv, params, e);
-}
-
 typedef json_t *(*method_fn)(struct mcp_session *s, const json_t *params, struct mcp_error *e);
 
 enum {
         M_BEFORE_INIT = 1 << 0, /* allowed before initialize */
-        M_CONFORMANCE = 1 << 1, /* only with --mcp-conformance */
-        M_CALL = 1 << 2,        /* a call, run by the transport */
+        M_CALL = 1 << 1,        /* a call, run by the transport */
 };
 
 static const struct method {
         const char *name;
         method_fn fn;
         unsigned flags;
+        unsigned offer; /* enum mcp_offer: only when a provider offers it */
 } methods[] = {
-        {"initialize", m_initialize, M_BEFORE_INIT},
-        {"ping", m_ping, M_BEFORE_INIT},
-        {"tools/list", mcp_tools_list, 0},
-        {"tools/call", NULL, M_CALL},
-        {"logging/setLevel", m_set_level, 0},
-        {"resources/list", mcp_resources_list, 0},
-        {"resources/read", mcp_resources_read, 0},
-        {"resources/templates/list", mcp_resources_templates, 0},
-        {"resources/subscribe", m_subscribe, M_CONFORMANCE},
-        {"resources/unsubscribe", m_subscribe, M_CONFORMANCE},
-        {"prompts/list", m_prompts_list, M_CONFORMANCE},
-        {"prompts/get", m_prompts_get, M_CONFORMANCE},
-        {"completion/complete", m_complete, M_CONFORMANCE},
+        {"initialize", m_initialize, M_BEFORE_INIT, 0},
+        {"ping", m_ping, M_BEFORE_INIT, 0},
+        {"tools/list", mcp_providers_tools_list, 0, 0},
+        {"tools/call", NULL, M_CALL, 0},
+        {"logging/setLevel", m_set_level, 0, 0},
+        {"resources/list", mcp_providers_resources_list, 0, 0},
+        {"resources/read", mcp_providers_resources_read, 0, 0},
+        {"resources/templates/list", mcp_providers_resources_templates, 0, 0},
+        {"resources/subscribe", m_subscribe, 0, MCP_OFFER_SUBSCRIBE},
+        {"resources/unsubscribe", m_subscribe, 0, MCP_OFFER_SUBSCRIBE},
+        {"prompts/list", mcp_providers_prompts_list, 0, MCP_OFFER_PROMPTS},
+        {"prompts/get", mcp_providers_prompts_get, 0, MCP_OFFER_PROMPTS},
+        {"completion/complete", mcp_providers_complete, 0, MCP_OFFER_COMPLETE},
 };
 
 static const struct method *find_method(const struct mcp_server *srv, const char *name)
 {
         for (size_t i = 0; name && i < ELEMENTSOF(methods); i++)
                 if (strcmp(methods[i].name, name) == 0)
-                        return (methods[i].flags & M_CONFORMANCE) && !srv->conformance
-                                       ? NULL
-                                       : &methods[i];
+                        return (methods[i].offer & ~mcp_providers_offer(srv)) ? NULL : &methods[i];
         return NULL;
 }
 
@@ -261,7 +249,7 @@ enum mcp_route mcp_receive(struct mcp_session *s, struct mcp_sink *sink, const j
 json_t *mcp_call_run(struct mcp_call *c)
 {
         struct mcp_error e = {0};
-        json_t *result = mcp_tools_call(c, &e);
+        json_t *result = mcp_providers_tools_call(c, &e);
         if (mcp_call_cancelled(c)) {
                 json_decref(result);
                 return NULL;

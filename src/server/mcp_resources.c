@@ -6,13 +6,12 @@
  *                                             config's retention period
  *   codecage://sandboxes/<name>/files/<path>  a workspace file of a named sandbox
  *
- * resources/templates/list announces both; resources/read serves them
- * (UTF-8 text as text, anything else as a base64 blob, at most
- * MCP_READ_MAX bytes) through the service, as the session's tenant.
- * resources/list is empty (plus the fixtures in conformance mode): files
- * come and go with every call, so tool results announce them as
- * resource_link blocks instead of a listing that would be stale at once
- * (docs/MCP.md). */
+ * Part of codecage's provider (mcp_tools.c): its resource templates
+ * announce both; its read serves them (UTF-8 text as text, anything else
+ * as a base64 blob, at most MCP_READ_MAX bytes) through the service, as
+ * the session's tenant. It lists no resources: files come and go with
+ * every call, so tool results announce them as resource_link blocks
+ * instead of a listing that would be stale at once (docs/MCP.md). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,47 +20,18 @@
 
 #include "server/http.h"
 #include "server/mcp.h"
+#include "server/mcp_provider.h"
 #include "services/service.h"
 #include "util/cleanup.h"
-
-#define URI_MAX 8192
 
 static const char run_prefix[] = "codecage://runs/";
 static const char sandbox_prefix[] = "codecage://sandboxes/";
 
-/* ---- list and templates ------------------------------------------------------------ */
+/* ---- templates ---------------------------------------------------------------------- */
 
-static json_t *page(const json_t *all, const json_t *params, const char *key, const char *method,
-                    struct mcp_error *e)
+json_t *mcp_codecage_resource_templates(void)
 {
-        long offset = mcp_cursor_parse(params);
-        if (offset < 0 || (size_t)offset > json_array_size(all))
-                return mcp_fail(e, JSONRPC_INVALID_PARAMS,
-                                "%s: invalid cursor; start again "
-                                "without one",
-                                method);
-        json_t *items = json_array();
-        for (size_t i = (size_t)offset;
-             items && i < json_array_size(all) && i < (size_t)offset + MCP_PAGE_SIZE; i++)
-                json_array_append(items, json_array_get(all, i));
-        json_t *result = json_pack("{s:o}", key, items);
-        if (result && (size_t)offset + MCP_PAGE_SIZE < json_array_size(all))
-                json_object_set_new(result, "nextCursor",
-                                    mcp_cursor_next((size_t)offset + MCP_PAGE_SIZE));
-        return result;
-}
-
-json_t *mcp_resources_list(struct mcp_session *s, const json_t *params, struct mcp_error *e)
-{
-        json_auto_t *all = json_copy(json_object_get(s->srv->fixtures, "resources"));
-        if (!all)
-                all = json_array();
-        return page(all, params, "resources", "resources/list", e);
-}
-
-json_t *mcp_resources_templates(struct mcp_session *s, const json_t *params, struct mcp_error *e)
-{
-        json_auto_t *all = json_pack(
+        return json_pack(
                 "[{s:s, s:s, s:s, s:s}, {s:s, s:s, s:s, s:s}]", "uriTemplate",
                 "codecage://runs/{run_id}/{+path}", "name", "run-artifact", "title",
                 "Artifact of a one-shot run", "description",
@@ -71,9 +41,6 @@ json_t *mcp_resources_templates(struct mcp_session *s, const json_t *params, str
                 "uriTemplate", "codecage://sandboxes/{name}/files/{+path}", "name", "sandbox-file",
                 "title", "File of a named sandbox", "description",
                 "A file in the /workspace of a named sandbox (path relative to /workspace).");
-        if (all && s->srv->fixtures)
-                json_array_extend(all, json_object_get(s->srv->fixtures, "resourceTemplates"));
-        return all ? page(all, params, "resourceTemplates", "resources/templates/list", e) : NULL;
 }
 
 /* ---- read --------------------------------------------------------------------------- */
@@ -168,36 +135,30 @@ static json_t *contents(const char *uri, const char *path, const void *data, siz
                    : NULL;
 }
 
-json_t *mcp_resources_read(struct mcp_session *s, const json_t *params, struct mcp_error *e)
+/* Reads uri, which parse_uri() took apart into t. */
+static json_t *read_target(struct mcp_session *s, const char *uri, const struct target *t,
+                           struct mcp_error *e)
 {
-        const char *uri = json_string_value(json_object_get(params, "uri"));
-        if (!uri || json_string_length(json_object_get(params, "uri")) > URI_MAX)
-                return mcp_fail(e, JSONRPC_INVALID_PARAMS,
-                                "resources/read: params.uri must be a string of at most %d bytes",
-                                URI_MAX);
-        json_t *fixture = s->srv->fixtures ? mcp_fixture_resource(s->srv, uri) : NULL;
-        if (fixture)
-                return fixture;
-        struct target t = {0};
-        if (parse_uri(uri, &t) < 0) {
-                target_clear(&t);
-                return mcp_fail(e, JSONRPC_RESOURCE_NOT_FOUND,
-                                "Resource not found: %.300s (this server serves "
-                                "codecage://runs/<run_id>/<path> and "
-                                "codecage://sandboxes/<name>/files/<path>)",
-                                uri);
-        }
         struct cage_error err = {0};
         _cleanup_free_ void *data = NULL;
         size_t len = 0;
-        int r = t.run ? cage_service_run_file_read(s->srv->svc, s->tenant, t.id, t.path,
-                                                   MCP_READ_MAX, &data, &len, &err)
-                      : cage_service_file_read(s->srv->svc, s->tenant, t.id, t.path, MCP_READ_MAX,
-                                               &data, &len, &err);
+        int r = t->run ? cage_service_run_file_read(s->srv->svc, s->tenant, t->id, t->path,
+                                                    MCP_READ_MAX, &data, &len, &err)
+                       : cage_service_file_read(s->srv->svc, s->tenant, t->id, t->path,
+                                                MCP_READ_MAX, &data, &len, &err);
         if (r == -ENOENT)
-                mcp_session_audit_foreign(s, "resources/read", t.run ? NULL : t.id,
-                                          t.run ? t.id : NULL);
-        json_t *result = r < 0 ? read_error(uri, r, &err, e) : contents(uri, t.path, data, len);
+                mcp_session_audit_foreign(s, "resources/read", t->run ? NULL : t->id,
+                                          t->run ? t->id : NULL);
+        return r < 0 ? read_error(uri, r, &err, e) : contents(uri, t->path, data, len);
+}
+
+int mcp_codecage_resource_read(const struct mcp_provider *p, struct mcp_session *s, const char *uri,
+                               json_t **ret, struct mcp_error *e)
+{
+        struct target t = {0};
+        int r = parse_uri(uri, &t) < 0 ? 0 : 1; /* not ours: the dispatch's "not found" */
+        if (r)
+                *ret = read_target(s, uri, &t, e);
         target_clear(&t);
-        return result;
+        return r;
 }

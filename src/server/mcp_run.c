@@ -26,6 +26,7 @@
 #include "services/service.h"
 #include "util/base64.h"
 #include "util/cleanup.h"
+#include "util/clock.h"
 #include "util/error.h"
 
 #define PROGRESS_TAIL  2048 /* bytes of latest output kept for the message */
@@ -106,7 +107,7 @@ static int on_output(void *ctx, int stream, const void *buf, size_t len)
         pthread_mutex_lock(&p->lock);
         keep_tail(p, buf, len);
         p->bytes += len;
-        uint64_t now = mcp_now_ms();
+        uint64_t now = clock_mono_ms();
         if (p->c->progress_token && len && now - p->last_ms >= MCP_PROGRESS_MS) {
                 _cleanup_free_ char *lines = latest_lines(p);
                 if (lines)

@@ -28,6 +28,7 @@
 #include "server/http.h"
 #include "server/mcp.h"
 #include "util/cleanup.h"
+#include "util/clock.h"
 
 #define STREAM_QUEUE_MAX    (4 * 1024 * 1024)
 #define STREAM_BLOCK_SIZE   (32 * 1024)
@@ -195,7 +196,7 @@ static int wait_event(struct mcp_stream *st, int timeout_ms)
 static ssize_t reader(void *cls, uint64_t pos, char *buf, size_t max)
 {
         struct mcp_stream *st = cls;
-        uint64_t quiet_since = mcp_now_ms();
+        uint64_t quiet_since = clock_mono_ms();
         for (;;) {
                 pthread_mutex_lock(&st->lock);
                 size_t n = st->closed ? 0 : take(st, buf, max);
@@ -207,7 +208,7 @@ static ssize_t reader(void *cls, uint64_t pos, char *buf, size_t max)
                         return MHD_CONTENT_READER_END_WITH_ERROR;
                 if (done)
                         return MHD_CONTENT_READER_END_OF_STREAM;
-                uint64_t quiet = mcp_now_ms() - quiet_since;
+                uint64_t quiet = clock_mono_ms() - quiet_since;
                 int w = wait_event(
                         st, quiet >= STREAM_KEEPALIVE_MS ? 0 : (int)(STREAM_KEEPALIVE_MS - quiet));
                 if (w < 0) {

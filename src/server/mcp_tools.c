@@ -1,21 +1,21 @@
-/* The MCP tools: the table (definitions from mcp_tools.json, embedded in
- * the binary, joined to their handlers here), tools/list with cursor
- * pagination, tools/call with the arguments checked against the tool's
- * inputSchema (top level: required, types, enums, unknown keys). The
+/* codecage's own MCP provider (mcp_provider.h): the tool table, whose
+ * definitions come from mcp_tools.json (embedded in the binary) joined
+ * to their handlers here, with the config's limits filled into the
+ * descriptions, and the codecage:// resources of mcp_resources.c. The
  * handlers live in mcp_handlers.c (sandbox_*, file_*, python_*) and
  * mcp_run.c (run_python, run_shell).
  *
  * Every handler maps its arguments onto one service call (service.h) and
  * answers structuredContent (the service's document) plus a short text
  * for a model; a service error becomes an isError result naming what to
- * do (mcp_content.c). A tool name nobody knows is a protocol error
- * (-32602); bad arguments are a tool error, so a model can fix them. */
+ * do (mcp_content.c). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "server/mcp.h"
+#include "server/mcp_provider.h"
 #include "util/cleanup.h"
 #include "util/error.h"
 
@@ -192,193 +192,79 @@ static json_t *load_defs(struct cage_error *err)
         return doc;
 }
 
-int mcp_tools_load(struct mcp_server *srv, const char *list, struct cage_error *err)
+/* The definitions of the tools of list (all when NULL), ready to list. */
+static json_t *load_tools(const struct cage_config *cfg, const char *list, struct cage_error *err)
 {
-        int r = mcp_tools_check(list, err);
-        if (r < 0)
-                return r;
         json_auto_t *doc = load_defs(err);
         if (!doc)
-                return -EINVAL;
+                return NULL;
         const json_t *shared = json_object_get(doc, "shared");
-        srv->tools = json_array();
+        json_auto_t *tools = json_array();
         size_t i;
         const json_t *def;
         json_array_foreach(json_object_get(doc, "tools"), i, def)
         {
                 const char *name = json_string_value(json_object_get(def, "name"));
-                if (!find_impl(name))
-                        return cage_fail(err, -EINVAL, "mcp_tools.json: no handler for %s", name);
+                if (!find_impl(name)) {
+                        cage_fail(err, -EINVAL, "mcp_tools.json: no handler for %s", name);
+                        return NULL;
+                }
                 if (list && !listed(list, name))
                         continue;
                 json_t *tool = resolve(def, shared);
-                if (!tool || finish_tool(tool, srv->cfg) < 0 ||
-                    json_array_append_new(srv->tools, tool) < 0)
+                if (!tool || finish_tool(tool, cfg) < 0 || json_array_append_new(tools, tool) < 0) {
+                        cage_fail(err, -ENOMEM, "tool table");
+                        return NULL;
+                }
+        }
+        return TAKE_PTR(tools);
+}
+
+/* "a, b": the names of the config's upstream servers, or NULL. */
+static char *upstream_names(const struct cage_config *cfg)
+{
+        char *text = NULL;
+        size_t n = 0, i;
+        json_t *e;
+        if (!json_array_size(cfg->upstream_servers))
+                return NULL;
+        FILE *f = open_memstream(&text, &n);
+        if (!f)
+                return NULL;
+        json_array_foreach(cfg->upstream_servers, i, e)
+                fprintf(f, "%s%s", i ? ", " : "", json_string_value(json_object_get(e, "name")));
+        fclose(f);
+        return text;
+}
+
+/* Code mode: run_python's description names the upstream tools. */
+static int announce_upstreams(json_t *tools, const struct cage_config *cfg, struct cage_error *err)
+{
+        size_t i;
+        json_t *tool;
+        _cleanup_free_ char *names = upstream_names(cfg);
+        json_array_foreach(tools, i, tool)
+        {
+                const char *name = json_string_value(json_object_get(tool, "name"));
+                _cleanup_free_ char *desc = NULL;
+                if (strcmp(name, "run_python") != 0)
+                        continue;
+                if (!names ||
+                    asprintf(&desc,
+                             "%s Code mode: the tools of the upstream MCP servers %s are Python "
+                             "functions here: tools.list() lists them (name, server, "
+                             "description, input_schema); tools.<name>(**arguments) calls one "
+                             "and returns its structured result or its text; a failing tool "
+                             "raises HostCallError. Prefer one program that calls several tools "
+                             "over many separate tool calls.",
+                             json_string_value(json_object_get(tool, "description")), names) < 0)
                         return cage_fail(err, -ENOMEM, "tool table");
+                json_object_set_new(tool, "description", json_string(desc));
         }
         return 0;
 }
 
-/* ---- tools/list ----------------------------------------------------------------------- */
-
-long mcp_cursor_parse(const json_t *params)
-{
-        const json_t *cursor = json_object_get(params, "cursor");
-        if (!cursor || json_is_null(cursor))
-                return 0;
-        const char *s = json_string_value(cursor);
-        if (!s || strncmp(s, "o:", 2) != 0 || !s[2] || strlen(s) > MCP_CURSOR_MAX ||
-            strspn(s + 2, "0123456789") != strlen(s + 2) || strlen(s + 2) > 9)
-                return -1;
-        return strtol(s + 2, NULL, 10);
-}
-
-json_t *mcp_cursor_next(size_t offset)
-{
-        char text[32];
-        snprintf(text, sizeof(text), "o:%zu", offset);
-        return json_string(text);
-}
-
-/* Every tool this session may see: ours, then the fixtures. */
-static json_t *all_tools(struct mcp_session *s)
-{
-        json_t *all = json_copy(s->srv->tools);
-        if (all && s->srv->fixtures)
-                json_array_extend(all, json_object_get(s->srv->fixtures, "tools"));
-        return all;
-}
-
-json_t *mcp_tools_list(struct mcp_session *s, const json_t *params, struct mcp_error *e)
-{
-        long offset = mcp_cursor_parse(params);
-        json_auto_t *all = all_tools(s);
-        if (offset < 0 || (size_t)offset > json_array_size(all))
-                return mcp_fail(e, JSONRPC_INVALID_PARAMS,
-                                "tools/list: invalid cursor; start again without one");
-        json_t *page = json_array();
-        bool old = strcmp(s->version, "2025-03-26") == 0;
-        for (size_t i = (size_t)offset;
-             page && i < json_array_size(all) && i < (size_t)offset + MCP_PAGE_SIZE; i++) {
-                json_t *tool = json_copy(json_array_get(all, i));
-                if (tool && old) /* that revision had no outputSchema */
-                        json_object_del(tool, "outputSchema");
-                json_array_append_new(page, tool);
-        }
-        json_t *result = json_pack("{s:o}", "tools", page);
-        size_t next = (size_t)offset + MCP_PAGE_SIZE;
-        if (result && next < json_array_size(all))
-                json_object_set_new(result, "nextCursor", mcp_cursor_next(next));
-        return result;
-}
-
-/* ---- tools/call: argument checks -------------------------------------------------------- */
-
-static bool has_type(const json_t *v, const char *type)
-{
-        if (strcmp(type, "string") == 0)
-                return json_is_string(v);
-        if (strcmp(type, "integer") == 0)
-                return json_is_integer(v) ||
-                       (json_is_real(v) &&
-                        json_real_value(v) == (double)(long long)json_real_value(v));
-        if (strcmp(type, "number") == 0)
-                return json_is_number(v);
-        if (strcmp(type, "boolean") == 0)
-                return json_is_boolean(v);
-        if (strcmp(type, "array") == 0)
-                return json_is_array(v);
-        if (strcmp(type, "object") == 0)
-                return json_is_object(v);
-        if (strcmp(type, "null") == 0)
-                return json_is_null(v);
-        return true;
-}
-
-static bool type_ok(const json_t *v, const json_t *type)
-{
-        if (json_is_string(type))
-                return has_type(v, json_string_value(type));
-        size_t i;
-        const json_t *t;
-        json_array_foreach(type, i, t) if (has_type(v, json_string_value(t))) return true;
-        return !json_is_array(type);
-}
-
-static bool enum_ok(const json_t *v, const json_t *values)
-{
-        size_t i;
-        const json_t *e;
-        if (!values)
-                return true;
-        json_array_foreach(values, i, e) if (json_equal(v, e)) return true;
-        return false;
-}
-
-static void known_keys(const json_t *props, char *out, size_t n)
-{
-        const char *k;
-        const json_t *v;
-        size_t w = 0;
-        out[0] = '\0';
-        json_object_foreach((json_t *)props, k, v) if (w < n) w +=
-                (size_t)snprintf(out + w, n - w, "%s%s", w ? ", " : "", k);
-}
-
-static json_t *check_args(const char *tool, const json_t *schema, const json_t *args)
-{
-        const json_t *props = json_object_get(schema, "properties");
-        size_t i;
-        const json_t *req;
-        char keys[512];
-        json_array_foreach(json_object_get(schema, "required"), i, req)
-        {
-                const char *name = json_string_value(req);
-                const json_t *v = json_object_get(args, name);
-                const json_t *type = json_object_get(json_object_get(props, name), "type");
-                if (!v || (json_is_null(v) && type && !type_ok(v, type)))
-                        return mcp_result_error(
-                                "%s: the argument `%s` is required: %s", tool, name,
-                                json_string_value(json_object_get(json_object_get(props, name),
-                                                                  "description"))
-                                        ?: "see the tool's inputSchema");
-        }
-        const char *k;
-        const json_t *v;
-        json_object_foreach((json_t *)args, k, v)
-        {
-                const json_t *p = json_object_get(props, k);
-                if (!p && json_is_false(json_object_get(schema, "additionalProperties"))) {
-                        known_keys(props, keys, sizeof(keys));
-                        return mcp_result_error("%s: unknown argument `%.64s`; it takes: %s", tool,
-                                                k, keys);
-                }
-                if (!p || json_is_null(v))
-                        continue;
-                const json_t *type = json_object_get(p, "type");
-                if ((type && !type_ok(v, type)) || !enum_ok(v, json_object_get(p, "enum"))) {
-                        _cleanup_free_ char *want = json_dumps(json_object_get(p, "enum") ?: type,
-                                                               JSON_ENCODE_ANY | JSON_COMPACT);
-                        return mcp_result_error("%s: the argument `%s` must be %s%s", tool, k,
-                                                json_object_get(p, "enum") ? "one of " : "a ",
-                                                want ? want : "?");
-                }
-        }
-        return NULL;
-}
-
-static const json_t *find_tool(const json_t *tools, const char *name)
-{
-        size_t i;
-        const json_t *t;
-        json_array_foreach(tools, i, t)
-        {
-                const char *n = json_string_value(json_object_get(t, "name"));
-                if (n && strcmp(n, name) == 0)
-                        return t;
-        }
-        return NULL;
-}
+/* ---- tools/call ------------------------------------------------------------------------- */
 
 /* The sandbox a tool call names: `sandbox`, or `name` of the sandbox_*
  * tools that address an existing one. */
@@ -403,35 +289,42 @@ static void audit_foreign(struct mcp_call *c, const char *tool, const json_t *ar
         mcp_session_audit_foreign(c->session, call, sandbox, NULL);
 }
 
-json_t *mcp_tools_call(struct mcp_call *c, struct mcp_error *e)
+static json_t *call_tool(const struct mcp_provider *p, struct mcp_call *c, const char *name,
+                         const json_t *args)
 {
-        struct mcp_server *srv = c->session->srv;
-        const char *name = json_string_value(json_object_get(c->params, "name"));
-        const json_t *args = json_object_get(c->params, "arguments");
-        json_auto_t *empty = json_object();
-        if (!name)
-                return mcp_fail(e, JSONRPC_INVALID_PARAMS,
-                                "tools/call: params.name (a string) is required");
-        if (args && !json_is_object(args) && !json_is_null(args))
-                return mcp_fail(e, JSONRPC_INVALID_PARAMS,
-                                "tools/call: params.arguments must be an object");
-        if (!args || json_is_null(args))
-                args = empty;
-        const json_t *def = find_tool(srv->tools, name);
-        if (!def && srv->fixtures)
-                def = find_tool(json_object_get(srv->fixtures, "tools"), name);
-        if (!def)
-                return mcp_fail(e, JSONRPC_INVALID_PARAMS,
-                                "Unknown tool: %.100s (tools/list lists the tools of this server)",
-                                name);
-        json_t *bad = check_args(name, json_object_get(def, "inputSchema"), args);
-        if (bad)
-                return bad;
         const struct tool_impl *impl = find_impl(name);
-        bool found = false;
-        json_t *result = impl ? impl->fn(c, args) : mcp_fixture_tool(c, name, args, &found);
+        json_t *result = impl ? impl->fn(c, args) : NULL;
         if (json_is_true(json_object_get(result, "isError")))
                 audit_foreign(c, name, args);
-        return result ? result
-                      : mcp_fail(e, JSONRPC_INTERNAL_ERROR, "Internal error: out of memory");
+        return result;
+}
+
+int mcp_codecage_provider_new(const struct cage_config *cfg, const char *list,
+                              struct mcp_provider **ret, struct cage_error *err)
+{
+        int r = mcp_tools_check(list, err);
+        if (r < 0)
+                return r;
+        struct mcp_provider *p = calloc(1, sizeof(*p));
+        if (!p)
+                return cage_fail(err, -ENOMEM, "tool table");
+        *p = (struct mcp_provider){
+                .name = "codecage",
+                .call = call_tool,
+                .resource_templates = mcp_codecage_resource_templates(),
+                .read = mcp_codecage_resource_read,
+        };
+        p->tools = load_tools(cfg, list, err);
+        if (!p->tools)
+                r = err->code < 0 ? err->code : -EINVAL;
+        else if (!p->resource_templates)
+                r = cage_fail(err, -ENOMEM, "resource templates");
+        if (r == 0 && json_array_size(cfg->upstream_servers))
+                r = announce_upstreams(p->tools, cfg, err);
+        if (r < 0) {
+                mcp_provider_free(p);
+                return r;
+        }
+        *ret = p;
+        return 0;
 }
