@@ -9,6 +9,7 @@ import os
 
 import pytest
 
+from conftest import wait_until
 from serverlib import Server
 from test_mcp import INIT, Stdio, rpc, write_config
 
@@ -45,6 +46,8 @@ def test_one_shot_shell_run_reports_oom(server):
 
 
 def test_one_shot_python_reports_oom_pooled_and_cold(server):
+    # The pool warms in the background (slowly under sanitizers): wait for it.
+    assert wait_until(lambda: server.ok("GET", "/v1/pool")["ready"] >= 1, timeout=60)
     pooled = server.ok("POST", "/v1/python", {"code": HOG})
     assert pooled["pooled"] is True
     assert_oom(pooled)
