@@ -23,6 +23,7 @@
 
 #include "service_private.h"
 #include "util/cleanup.h"
+#include "util/clock.h"
 #include "util/error.h"
 
 #define PYTHON      "/usr/bin/python3"
@@ -46,13 +47,6 @@ struct svc_layers {
         struct layer *list;
 };
 
-static int64_t mono_ms(void)
-{
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* ---- the key ---------------------------------------------------------------------- */
 
 /* The interpreter a layer is for: the host's python3 (path, size, mtime),
@@ -67,8 +61,7 @@ static int interpreter_id(const char *image_id, char *buf, size_t size, struct c
         }
         if (!realpath(PYTHON, real) || stat(real, &st) < 0)
                 return cage_fail(err, -errno, "requirements: finding the interpreter %s", PYTHON);
-        snprintf(buf, size, "%s\n%lld\n%lld", real, (long long)st.st_size,
-                 (long long)st.st_mtime);
+        snprintf(buf, size, "%s\n%lld\n%lld", real, (long long)st.st_size, (long long)st.st_mtime);
         return 0;
 }
 
@@ -239,7 +232,7 @@ static int mark_installed(const char *base, const char *key, const json_t *reqs)
         return 0;
 }
 
-/* Installs into a fresh layer: 0, 1 (pip failed, *failed set) or < 0. */
+/* Installs into a fresh layer: 0 (*failed set when pip failed) or < 0. */
 static int install(struct cage_service *svc, const struct svc_spec *spec, const char *tenant,
                    const char *key, char **ret_dir, json_t **failed, struct cage_error *err)
 {
@@ -251,14 +244,12 @@ static int install(struct cage_service *svc, const struct svc_spec *spec, const 
                 r = cage_workspace_mount(base, key, ret_dir, err);
         if (r == 0)
                 r = run_pip(svc, spec, tenant, *ret_dir, &res, err);
-        if (r == 0 && res.status != CAGE_STATUS_OK) {
-                *failed = failure_doc(svc, &res);
-                r = *failed ? 1 : cage_fail(err, -ENOMEM, "requirements");
-        }
-        if (r == 0 && (r = mark_installed(base, key, spec->requirements)) < 0)
+        if (r == 0 && res.status != CAGE_STATUS_OK && !(*failed = failure_doc(svc, &res)))
+                r = cage_fail(err, -ENOMEM, "requirements");
+        if (r == 0 && !*failed && (r = mark_installed(base, key, spec->requirements)) < 0)
                 cage_fail(err, r, "requirements: marking the layer complete");
         cage_result_free(&res);
-        if (r != 0) {
+        if (r < 0 || *failed) {
                 free(*ret_dir);
                 *ret_dir = NULL;
                 (void)cage_workspace_destroy(base, key, NULL);
@@ -296,7 +287,8 @@ static void remove_locked(struct svc_layers *l, struct layer *gone)
         free(gone);
 }
 
-/* Makes the layer READY (installing it if needed): 0, 1 (pip failed) or < 0. */
+/* Makes the layer READY (installing it if needed): 0 (*failed set when pip
+ * failed: nothing is cached) or < 0. */
 static int obtain(struct cage_service *svc, const struct svc_spec *spec, const char *tenant,
                   const char *key, const char **ret_dir, bool *cached, json_t **failed,
                   struct cage_error *err)
@@ -325,7 +317,7 @@ static int obtain(struct cage_service *svc, const struct svc_spec *spec, const c
                 pthread_mutex_lock(&l->lock);
                 e->dir = dir;
                 e->state = LAYER_READY;
-                if (r != 0) {
+                if (r < 0 || *failed) {
                         remove_locked(l, e);
                         e = NULL;
                 }
@@ -364,21 +356,19 @@ int svc_requirements_prepare(struct cage_service *svc, struct svc_spec *spec, co
                               err);
         if (r < 0)
                 return r;
-        int64_t start = mono_ms();
+        uint64_t start = clock_mono_ms();
         bool cached = false;
         const char *dir = NULL;
         r = obtain(svc, spec, tenant, key, &dir, &cached, ret_failed, err);
-        int64_t took = mono_ms() - start;
-        if (!cached || r != 0)
+        uint64_t took = clock_mono_ms() - start;
+        const char *status = r < 0 ? "internal_error" : *ret_failed ? "failed" : "ok";
+        if (!cached || strcmp(status, "ok") != 0)
                 svc_audit(svc, CAGE_AUDIT_REQUIREMENTS_INSTALL, tenant,
                           spec->name[0] ? spec->name : NULL, spec->labels,
                           json_pack("{s:O, s:s, s:s, s:I}", "requirements", spec->requirements,
-                                    "layer", key, "status",
-                                    r == 0   ? "ok"
-                                    : r == 1 ? "failed"
-                                             : "internal_error",
-                                    "duration_ms", (json_int_t)took));
-        if (r != 0)
+                                    "layer", key, "status", status, "duration_ms",
+                                    (json_int_t)took));
+        if (r < 0 || *ret_failed)
                 return r;
         spec->requirements_dir = dir;
         *ret_info = json_pack("{s:b, s:b, s:I}", "installed", 1, "cached", cached, "duration_ms",

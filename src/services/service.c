@@ -278,7 +278,7 @@ static int start_locked(struct sb *sb, struct cage_error *err)
         close(fd);
         int r = svc_requirements_prepare(svc, sb->spec, sb->tenant, &info, &failed, err);
         json_decref(info);
-        if (r == 1) {
+        if (r == 0 && failed) {
                 r = cage_fail_plain(err, -EINVAL, "requirements: pip could not install them: %s",
                                     json_string_value(json_object_get(failed, "reason")));
                 json_decref(failed);

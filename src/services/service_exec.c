@@ -506,89 +506,62 @@ void svc_keep_run_output(struct cage_service *svc, const char *tenant, int ws, c
                                            NULL);
 }
 
-struct run_ctx {
-        struct svc_spec *spec;
-        struct exec_req q;
-        struct cage_box *box;
-        int ws;
-        char run_id[CAGE_STORE_ID_LEN + 1];
-        struct cage_artifact_snapshot *before;
-        json_t *requirements; /* {cached, duration_ms} when the run has requirements */
-        json_t *failed;       /* the result when pip failed */
-};
-
-static int run_prepare(struct cage_service *svc, const char *tenant, const json_t *req,
-                       const struct cage_service_io *io, struct run_ctx *c, struct cage_error *err)
+/* The run's own fields: what to run (argv, command or code), stdin. */
+static int parse_run(const json_t *req, const struct svc_spec *spec, struct exec_req *q,
+                     struct cage_error *err)
 {
-        int r = svc_spec_parse(svc->cfg, req, false, run_extra, &c->spec, err);
+        q->owned = json_incref((json_t *)req);
+        int r = run_argv(req, q, err);
         if (r < 0)
-                return r;
-        c->q.owned = json_incref((json_t *)req);
-        if ((r = run_argv(req, &c->q, err)) < 0)
                 return r;
         const json_t *in_data = json_object_get(req, "stdin");
         if (in_data && !json_is_null(in_data)) {
                 if (!json_is_string(in_data))
                         return cage_fail(err, -EINVAL, "stdin: must be a string");
-                c->q.stdin_data = json_string_value(in_data);
-                c->q.stdin_len = json_string_length(in_data);
+                q->stdin_data = json_string_value(in_data);
+                q->stdin_len = json_string_length(in_data);
         }
-        c->q.timeout_ms = c->spec->timeout_s_ms;
-        if ((r = svc_check_files(req, err)) < 0 || (r = cage_store_new_id(c->run_id, err)) < 0)
-                return r;
-        r = svc_requirements_prepare(svc, c->spec, tenant, &c->requirements, &c->failed, err);
-        if (r != 0)
-                return r;
-        if ((r = svc_box_start(svc, c->spec, NULL, tenant, NULL, NULL, io, &c->box, err)) < 0)
-                return r;
-        if ((c->ws = svc_open_run_workspace(c->box, err)) < 0)
-                return c->ws;
-        if ((r = svc_put_run_files(svc, tenant, c->spec->labels, c->box, req, c->ws, err)) < 0)
-                return r;
-        (void)cage_artifacts_snapshot(c->ws, &c->before, NULL);
+        q->timeout_ms = spec->timeout_s_ms;
         return 0;
+}
+
+static int run_in(struct cage_service *svc, const char *tenant, struct svc_oneshot *o,
+                  const struct exec_req *q, const struct cage_service_io *io, json_t **ret,
+                  struct cage_error *err)
+{
+        struct cage_result res = {0};
+        int r;
+        svc_audit(svc, CAGE_AUDIT_RUN_START, tenant, NULL, o->spec->labels,
+                  json_pack("{s:s, s:s}", "run_id", o->run_id, "program", q->argv[0]));
+        run_exec(svc, o->box, q, o->spec->output_max_bytes, io, &res, &r, err);
+        if (r == 0 && !(*ret = svc_result_json(svc, &res, NULL)))
+                r = cage_fail(err, -ENOMEM, "result");
+        if (r == 0) {
+                svc_oneshot_finish(svc, tenant, o, *ret);
+                json_t *fields = audit_fields(&res, q->argv[0]);
+                json_object_set_new(fields, "run_id", json_string(o->run_id));
+                svc_audit(svc, CAGE_AUDIT_RUN_END, tenant, NULL, o->spec->labels, fields);
+        }
+        cage_result_free(&res);
+        return r;
 }
 
 int cage_service_run(struct cage_service *svc, const char *tenant, const json_t *req,
                      const struct cage_service_io *io, json_t **ret, struct cage_error *err)
 {
-        struct run_ctx c = {.ws = -1};
-        struct cage_result res = {0};
-        json_t *artifacts = NULL;
-        int r = run_prepare(svc, tenant, req, io, &c, err);
-        if (r == 1) { /* pip failed: that is the run's result */
-                *ret = TAKE_PTR(c.failed);
-                json_object_set_new(*ret, "run_id", json_string(c.run_id));
-                r = 0;
-        } else if (r == 0) {
-                svc_audit(svc, CAGE_AUDIT_RUN_START, tenant, NULL, c.spec->labels,
-                          json_pack("{s:s, s:s}", "run_id", c.run_id, "program", c.q.argv[0]));
-                run_exec(svc, c.box, &c.q, c.spec->output_max_bytes, io, &res, &r, err);
-        }
-        if (r == 0 && c.box) {
-                if (cage_artifacts_collect(c.ws, c.before, &artifacts, NULL) < 0)
-                        artifacts = json_array();
-                if (json_array_size(artifacts))
-                        svc_keep_run_output(svc, tenant, c.ws, c.run_id);
-                *ret = svc_result_json(svc, &res, artifacts);
-                json_object_set_new(*ret, "run_id", json_string(c.run_id));
-                if (c.requirements)
-                        json_object_set(*ret, "requirements", c.requirements);
-                json_t *fields = audit_fields(&res, c.q.argv[0]);
-                json_object_set_new(fields, "run_id", json_string(c.run_id));
-                svc_audit(svc, CAGE_AUDIT_RUN_END, tenant, NULL, c.spec->labels, fields);
-        }
-        if (c.ws >= 0)
-                close(c.ws);
-        if (c.box)
-                cage_pool_dispose(svc->pool, c.box, NULL);
-        cage_result_free(&res);
-        json_decref(artifacts);
-        json_decref(c.requirements);
-        json_decref(c.failed);
-        cage_artifact_snapshot_free(c.before);
-        exec_req_free(&c.q);
-        svc_spec_free(c.spec);
+        struct svc_oneshot o;
+        struct exec_req q = {0};
+        int r = svc_oneshot_prepare(svc, tenant, req, run_extra, &o, err);
+        if (r == 0)
+                r = parse_run(req, o.spec, &q, err);
+        if (r == 0)
+                r = svc_oneshot_start(svc, tenant, req, false, io, &o, err);
+        if (r == 0 && o.failed) /* pip failed: that is the run's result */
+                *ret = svc_oneshot_failed_result(&o);
+        else if (r == 0)
+                r = run_in(svc, tenant, &o, &q, io, ret, err);
+        exec_req_free(&q);
+        svc_oneshot_free(svc, &o);
         svc_audit_denied(svc, r, tenant, NULL, err);
         return r;
 }

@@ -117,8 +117,8 @@ void svc_image_release(struct svc_image_launch *launch);
 /* Pip requirements (requirements.c): makes sure spec's requirement set is
  * installed in a cached layer and points spec->requirements_dir at it.
  * Returns 0 with *ret_info ({cached, duration_ms}, or NULL without
- * requirements); 1 when pip failed, with *ret_failed a result document
- * (status "error", pip's output); < 0 for codecage's own failures. */
+ * requirements) — or, when pip failed, with *ret_failed a result document
+ * (status "error", pip's output) instead; < 0 for codecage's own failures. */
 struct svc_layers;
 int svc_requirements_prepare(struct cage_service *svc, struct svc_spec *spec, const char *tenant,
                              json_t **ret_info, json_t **ret_failed, struct cage_error *err);
@@ -157,10 +157,39 @@ int svc_open_run_workspace(struct cage_box *box, struct cage_error *err);
 /* Keeps output/ of a one-shot run for the retention period, readable by
  * tenant only (tenancy.c). */
 void svc_keep_run_output(struct cage_service *svc, const char *tenant, int ws, const char *run_id);
-/* The older spelling: the run belongs to the `tenant` of the caller's
- * scope (every one-shot run has one), so no caller can keep a run without
- * binding it. */
-#define svc_keep_output(svc, ws, run_id) svc_keep_run_output((svc), tenant, (ws), (run_id))
+
+/* One-shot runs, shell and Python alike (oneshot.c): prepare parses the
+ * spec (with the caller's extra fields), checks `files` and makes a run id;
+ * start gets the sandbox (a warm one with its session when `session` and
+ * the pool serves the spec; else the requirements layer — with o->failed
+ * set, pip's failure is the run's result — and a fresh sandbox, with a
+ * session when asked), writes the files and snapshots output/; finish adds
+ * the artifacts (kept for tenant), run_id and requirements to a result;
+ * free disposes of it all. */
+struct svc_oneshot {
+        struct svc_spec *spec;
+        char run_id[CAGE_STORE_ID_LEN + 1];
+        struct cage_box *box;
+        struct cage_session *session;
+        bool pooled;
+        int ws;
+        struct cage_artifact_snapshot *before;
+        json_t *requirements; /* {installed, cached, duration_ms} or NULL */
+        json_t *failed;       /* pip's failure as the run's result, or NULL */
+};
+int svc_oneshot_prepare(struct cage_service *svc, const char *tenant, const json_t *req,
+                        const char *const *extra, struct svc_oneshot *o, struct cage_error *err);
+int svc_oneshot_start(struct cage_service *svc, const char *tenant, const json_t *req, bool session,
+                      const struct cage_service_io *io, struct svc_oneshot *o,
+                      struct cage_error *err);
+json_t *svc_oneshot_failed_result(struct svc_oneshot *o);
+void svc_oneshot_finish(struct cage_service *svc, const char *tenant, struct svc_oneshot *o,
+                        json_t *result);
+void svc_oneshot_free(struct cage_service *svc, struct svc_oneshot *o);
+/* A Python session in box, whose image is `image` (service_python.c): an
+ * image without python3 is named in the error. */
+int svc_session_start(struct cage_box *box, const char *image, struct cage_session **ret,
+                      struct cage_error *err);
 void svc_expire_runs(struct cage_service *svc);
 
 #endif

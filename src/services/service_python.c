@@ -169,10 +169,8 @@ static void audit_run(struct cage_service *svc, enum cage_audit_event ev, const 
         svc_audit(svc, ev, tenant, name, labels, f);
 }
 
-/* A session in box, whose image is `image`: an image without python3 is
- * named in the error. */
-static int start_session(struct cage_box *box, const char *image, struct cage_session **ret,
-                         struct cage_error *err)
+int svc_session_start(struct cage_box *box, const char *image, struct cage_session **ret,
+                      struct cage_error *err)
 {
         int r = cage_session_start(box, NULL, ret, err);
         if (r == -ENOEXEC && strcmp(image, "host") != 0)
@@ -192,7 +190,7 @@ static int session_of(struct sb *sb, struct cage_box *box, struct cage_error *er
                 sb->session = cage_session_free(sb->session);
         if (sb->session)
                 return 0;
-        return start_session(box, sb->spec->image, &sb->session, err);
+        return svc_session_start(box, sb->spec->image, &sb->session, err);
 }
 
 static int run_named(struct cage_service *svc, const char *tenant, const char *name,
@@ -248,103 +246,34 @@ static int run_named(struct cage_service *svc, const char *tenant, const char *n
 
 /* ---- one-shot runs ---- */
 
-struct oneshot {
-        struct svc_spec *spec;
-        struct py_req q;
-        struct cage_box *box;
-        struct cage_session *session;
-        int ws;
-        bool pooled;
-        char run_id[CAGE_STORE_ID_LEN + 1];
-        struct cage_artifact_snapshot *before;
-        json_t *requirements; /* {cached, duration_ms} when the run has requirements */
-        json_t *failed;       /* the result when pip failed */
-};
-
-static int oneshot_start(struct cage_service *svc, const char *tenant,
-                         const struct cage_service_io *io, struct oneshot *o,
-                         struct cage_error *err)
-{
-        if (cage_pool_serves(svc->pool, o->spec)) {
-                o->pooled = cage_pool_take(svc->pool, o->spec, &o->box, &o->session);
-        } else {
-                cage_pool_note_cold(svc->pool);
-        }
-        if (o->pooled)
-                return 0;
-        int r = svc_requirements_prepare(svc, o->spec, tenant, &o->requirements, &o->failed, err);
-        if (r != 0)
-                return r;
-        r = svc_box_start(svc, o->spec, NULL, tenant, NULL, NULL, io, &o->box, err);
-        if (r == 0)
-                r = start_session(o->box, o->spec->image, &o->session, err);
-        return r;
-}
-
-static int oneshot_prepare(struct cage_service *svc, const char *tenant, const json_t *req,
-                           const struct cage_service_io *io, struct oneshot *o,
-                           struct cage_error *err)
-{
-        int r = svc_spec_parse(svc->cfg, req, false, oneshot_extra, &o->spec, err);
-        if (r == 0)
-                r = parse_code(req, &o->q, err);
-        if (r == 0)
-                r = svc_check_files(req, err);
-        if (r < 0)
-                return r;
-        o->q.timeout_ms = o->spec->timeout_s_ms;
-        if ((r = cage_store_new_id(o->run_id, err)) < 0 ||
-            (r = oneshot_start(svc, tenant, io, o, err)) != 0)
-                return r;
-        if ((o->ws = svc_open_run_workspace(o->box, err)) < 0)
-                return o->ws;
-        if ((r = svc_put_run_files(svc, tenant, o->spec->labels, o->box, req, o->ws, err)) < 0)
-                return r;
-        (void)cage_artifacts_snapshot(o->ws, &o->before, NULL);
-        return 0;
-}
-
 static int run_oneshot(struct cage_service *svc, const char *tenant, const json_t *req,
                        const struct cage_service_io *io, const struct cage_service_host *host,
                        json_t **ret, struct cage_error *err)
 {
-        struct oneshot o = {.ws = -1};
-        json_t *artifacts = NULL;
-        int r = oneshot_prepare(svc, tenant, req, io, &o, err);
-        if (r == 1) { /* pip failed: that is the run's result */
-                *ret = TAKE_PTR(o.failed);
-                json_object_set_new(*ret, "run_id", json_string(o.run_id));
-                r = 0;
+        struct svc_oneshot o;
+        struct py_req q = {0};
+        int r = svc_oneshot_prepare(svc, tenant, req, oneshot_extra, &o, err);
+        if (r == 0)
+                r = parse_code(req, &q, err);
+        if (r == 0) {
+                q.timeout_ms = o.spec->timeout_s_ms;
+                r = svc_oneshot_start(svc, tenant, req, true, io, &o, err);
+        }
+        if (r == 0 && o.failed) { /* pip failed: that is the run's result */
+                *ret = svc_oneshot_failed_result(&o);
         } else if (r == 0) {
                 struct cage_session_run run;
                 struct run_host rh = {.svc = svc, .front = host};
-                fill_run(&run, &o.q, o.spec->output_max_bytes, io, &rh);
+                fill_run(&run, &q, o.spec->output_max_bytes, io, &rh);
                 r = cage_session_run(o.session, &run, ret, err);
-                if (r == 0) {
-                        if (cage_artifacts_collect(o.ws, o.before, &artifacts, NULL) < 0)
-                                artifacts = json_array();
-                        if (json_array_size(artifacts))
-                                svc_keep_output(svc, o.ws, o.run_id);
-                        json_object_set_new(*ret, "artifacts", artifacts);
-                        json_object_set_new(*ret, "run_id", json_string(o.run_id));
-                        json_object_set_new(*ret, "pooled", json_boolean(o.pooled));
-                        if (o.requirements)
-                                json_object_set(*ret, "requirements", o.requirements);
-                        redact_result(svc, *ret);
-                        audit_run(svc, CAGE_AUDIT_RUN_END, tenant, NULL, o.spec->labels, *ret,
-                                  o.run_id);
-                }
         }
-        if (o.ws >= 0)
-                close(o.ws);
-        if (o.box)
-                cage_pool_dispose(svc->pool, o.box, o.session);
-        else
-                cage_session_free(o.session);
-        cage_artifact_snapshot_free(o.before);
-        json_decref(o.requirements);
-        json_decref(o.failed);
-        svc_spec_free(o.spec);
+        if (r == 0 && !o.failed) {
+                svc_oneshot_finish(svc, tenant, &o, *ret);
+                json_object_set_new(*ret, "pooled", json_boolean(o.pooled));
+                redact_result(svc, *ret);
+                audit_run(svc, CAGE_AUDIT_RUN_END, tenant, NULL, o.spec->labels, *ret, o.run_id);
+        }
+        svc_oneshot_free(svc, &o);
         return r;
 }
 
