@@ -129,8 +129,6 @@ struct unpack_limits {
  * file bytes written. The caller discards root_fd's tree on failure. */
 int unpack_layer(int root_fd, int blob_fd, const struct unpack_limits *limits, uint64_t *ret_bytes,
                  struct cage_error *err);
-/* openat2() retried on EAGAIN/EINTR (a rename elsewhere); -errno. */
-int images_openat2(int dfd, const char *path, uint64_t flags, uint64_t resolve);
 /* Removes name (any type, recursively) from the directory dfd. */
 int remove_tree_at(int dfd, const char *name);
 /* The sha256 of the uncompressed tar in blob_fd (a layer's diff id). */

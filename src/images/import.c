@@ -25,6 +25,7 @@
 #include "images/images_private.h"
 #include "util/cleanup.h"
 #include "util/error.h"
+#include "util/fdutil.h"
 
 #define MEMBERS_MAX     10000 /* regular files in an archive */
 #define MEMBER_NAME_MAX 1024
@@ -101,8 +102,8 @@ static int stage_tar(struct source *src, int fd, struct cage_error *err)
 static int open_member(struct source *src, const char *name, struct cage_error *err)
 {
         struct stat st;
-        int fd = images_openat2(src->dir_fd, name, O_RDONLY | O_NOCTTY | O_NONBLOCK,
-                                RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS);
+        int fd = openat2_retry(src->dir_fd, name, O_RDONLY | O_NOCTTY | O_NONBLOCK, 0,
+                               RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS);
         if (fd < 0)
                 return cage_fail(err, fd, "image layout: %.200s", name);
         if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {

@@ -37,6 +37,7 @@
 #include "images/images_private.h"
 #include "util/cleanup.h"
 #include "util/error.h"
+#include "util/fdutil.h"
 
 #define OPAQUE_MARKER  ".wh..wh..opq"
 #define DEPTH_MAX      256                 /* path components of an entry */
@@ -125,22 +126,9 @@ static uint64_t resolve_flags(void)
         return RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
 }
 
-int images_openat2(int dfd, const char *path, uint64_t flags, uint64_t resolve)
-{
-        struct open_how how = {.flags = flags | O_CLOEXEC, .resolve = resolve};
-        for (int i = 0; i < 8; i++) {
-                long fd = syscall(SYS_openat2, dfd, path, &how, sizeof(how));
-                if (fd >= 0)
-                        return (int)fd;
-                if (errno != EAGAIN && errno != EINTR)
-                        return -errno;
-        }
-        return -EAGAIN;
-}
-
 static int openat2_dir(int dfd, const char *path)
 {
-        return images_openat2(dfd, path, O_PATH | O_DIRECTORY, resolve_flags());
+        return openat2_retry(dfd, path, O_PATH | O_DIRECTORY, 0, resolve_flags());
 }
 
 /* Opens the directory rel (a clean relative path, "" for the root) beneath

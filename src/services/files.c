@@ -47,7 +47,6 @@
 #define WORKSPACE_PREFIX   "/workspace"
 #define COMPONENT_MAX      255
 #define JOINED_MAX         (CAGE_FILES_PATH_MAX + COMPONENT_MAX + 2)
-#define OPENAT2_TRIES      16 /* EAGAIN: a rename raced with ".." resolution */
 #define TEMP_TRIES         16
 #define DELETE_DEPTH_MAX   256
 #define DELETE_ENTRIES_MAX 1000000
@@ -129,19 +128,6 @@ static const char *base_name(const char *rel)
 }
 
 /* --- opening -------------------------------------------------------------- */
-
-static int openat2_retry(int dfd, const char *path, uint64_t flags, mode_t mode, uint64_t resolve)
-{
-        struct open_how how = {.flags = flags | O_CLOEXEC, .mode = mode, .resolve = resolve};
-        for (int i = 0; i < OPENAT2_TRIES; i++) {
-                long fd = syscall(SYS_openat2, dfd, path, &how, sizeof(how));
-                if (fd >= 0)
-                        return (int)fd;
-                if (errno != EAGAIN && errno != EINTR)
-                        return -errno;
-        }
-        return -EAGAIN;
-}
 
 /* The resolve flags that keep paths inside the workspace. Builds made with
  * -Dunsafe_debug=true can switch them off (CODECAGE_DEBUG_DISABLE naming

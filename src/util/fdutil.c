@@ -5,9 +5,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/close_range.h>
+#include <linux/openat2.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+
+#define OPENAT2_TRIES 16 /* EAGAIN: a rename raced with ".." resolution */
 
 int write_all(int fd, const void *buf, size_t len)
 {
@@ -121,4 +124,17 @@ void close_fd(int *fd)
         if (*fd >= 0)
                 close(*fd);
         *fd = -1;
+}
+
+int openat2_retry(int dfd, const char *path, uint64_t flags, mode_t mode, uint64_t resolve)
+{
+        struct open_how how = {.flags = flags | O_CLOEXEC, .mode = mode, .resolve = resolve};
+        for (int i = 0; i < OPENAT2_TRIES; i++) {
+                long fd = syscall(SYS_openat2, dfd, path, &how, sizeof(how));
+                if (fd >= 0)
+                        return (int)fd;
+                if (errno != EAGAIN && errno != EINTR)
+                        return -errno;
+        }
+        return -EAGAIN;
 }

@@ -5,6 +5,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 /* Writes all of buf; returns 0 or -errno. */
@@ -18,6 +19,9 @@ int write_file_at(int dirfd, const char *path, const char *content);
 ssize_t read_file_at(int dirfd, const char *path, char *buf, size_t size);
 /* Closes every fd >= lowfd except those in keep[] (sorted or not). */
 int close_fds_from(int lowfd, const int *keep, size_t n_keep);
+/* openat2() with O_CLOEXEC added, retried a few times on EAGAIN (a rename
+ * raced a RESOLVE_* lookup) and EINTR; the fd or -errno. */
+int openat2_retry(int dfd, const char *path, uint64_t flags, mode_t mode, uint64_t resolve);
 /* Closes *fd if it is open and sets it to -1. */
 void close_fd(int *fd);
 int fd_set_cloexec(int fd, bool on);

@@ -190,12 +190,7 @@ def test_an_image_in_use_is_not_removed(server):
 
 
 def call(stdio, name, arguments, id):
-    stdio.send(rpc("tools/call", {"name": name, "arguments": arguments}, id=id))
-    reply = stdio.recv()
-    while reply.get("id") != id:
-        reply = stdio.recv()
-    assert "result" in reply, reply
-    return reply["result"]
+    return stdio.call_tool(name, arguments, id)
 
 
 def test_mcp_tools_take_an_image(tmp_path, archives):

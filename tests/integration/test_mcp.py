@@ -472,6 +472,15 @@ class Stdio:
         self.send(msg)
         return self.recv()
 
+    def call_tool(self, name, arguments, id):
+        """tools/call's result; the notifications before the answer are skipped."""
+        self.send(rpc("tools/call", {"name": name, "arguments": arguments}, id=id))
+        reply = self.recv()
+        while reply.get("id") != id:
+            reply = self.recv()
+        assert "result" in reply, reply
+        return reply["result"]
+
     def close(self):
         self.proc.stdin.close()
         rc = self.proc.wait(timeout=60)

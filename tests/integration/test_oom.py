@@ -84,13 +84,7 @@ def test_session_reports_oom_and_whether_state_was_lost(server):
 
 
 def call(stdio, name, arguments, id):
-    """tools/call; notifications (the run's log message) are skipped."""
-    stdio.send(rpc("tools/call", {"name": name, "arguments": arguments}, id=id))
-    reply = stdio.recv()
-    while reply.get("id") != id:
-        reply = stdio.recv()
-    assert "result" in reply, reply
-    return reply["result"]["structuredContent"]
+    return stdio.call_tool(name, arguments, id)["structuredContent"]
 
 
 def test_mcp_paths_report_oom(tmp_path):
