@@ -439,23 +439,6 @@ static enum MHD_Result take_body(struct http_request *req, const char *data, siz
         return MHD_YES;
 }
 
-static int parse_json_body(struct http_request *req, json_t **ret, struct cage_error *err)
-{
-        json_error_t jerr;
-        if (req->body_len == 0)
-                return cage_fail(err, -EINVAL, "body: a JSON object is required");
-        json_t *doc = json_loadb(req->body, req->body_len, JSON_REJECT_DUPLICATES, &jerr);
-        if (!doc)
-                return cage_fail(err, -EINVAL, "body: invalid JSON at line %d, column %d: %s",
-                                 jerr.line, jerr.column, jerr.text);
-        if (!json_is_object(doc)) {
-                json_decref(doc);
-                return cage_fail(err, -EINVAL, "body: must be a JSON object");
-        }
-        *ret = doc;
-        return 0;
-}
-
 static bool wants_sse(struct MHD_Connection *conn)
 {
         const char *accept =
@@ -468,7 +451,8 @@ static int call_handler(struct http_request *req, struct MHD_Connection *conn,
 {
         json_auto_t *json = NULL;
         int r;
-        if ((req->match.flags & ROUTE_JSON_BODY) && (r = parse_json_body(req, &json, err)) < 0)
+        if ((req->match.flags & ROUTE_JSON_BODY) &&
+            (r = http_body_json(req->body, req->body_len, &json, err)) < 0)
                 return r;
         char *q = strchr(req->raw_uri, '?');
         struct http_call call = {

@@ -147,6 +147,9 @@ void http_match_clear(struct http_match *m);
 int http_decode(const char *s, size_t len, bool plus_is_space, char **ret);
 /* The decoded value of query parameter key: 1 found, 0 absent, -EINVAL. */
 int http_query_get(const char *query, const char *key, char **ret);
+/* The body of a JSON route: one JSON object (duplicate keys refused), or
+ * -EINVAL with err saying what is wrong. */
+int http_body_json(const char *body, size_t len, json_t **ret, struct cage_error *err);
 bool http_name_is_valid(const char *s);
 
 /* reply.c */

@@ -8,7 +8,8 @@
  * component in a {path...} is a 400 before the service is called (the
  * service checks again); its message quotes a bad name with every byte
  * outside printable ASCII as %XX. A path no route has is a 404; a path some route
- * has with another method is a 405 with Allow. HEAD is served as GET. */
+ * has with another method is a 405 with Allow. HEAD is served as GET. The
+ * body of a JSON route is parsed here too (http_body_json). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -129,6 +130,23 @@ int http_query_get(const char *query, const char *key, char **ret)
                 }
                 p = *end ? end + 1 : end;
         }
+        return 0;
+}
+
+int http_body_json(const char *body, size_t len, json_t **ret, struct cage_error *err)
+{
+        json_error_t jerr;
+        if (len == 0)
+                return cage_fail(err, -EINVAL, "body: a JSON object is required");
+        json_t *doc = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+        if (!doc)
+                return cage_fail(err, -EINVAL, "body: invalid JSON at line %d, column %d: %s",
+                                 jerr.line, jerr.column, jerr.text);
+        if (!json_is_object(doc)) {
+                json_decref(doc);
+                return cage_fail(err, -EINVAL, "body: must be a JSON object");
+        }
+        *ret = doc;
         return 0;
 }
 
