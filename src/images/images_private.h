@@ -6,6 +6,7 @@
 #define CODECAGE_IMAGES_PRIVATE_H
 
 #include <limits.h>
+#include <locale.h>
 #include <openssl/evp.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -129,6 +130,12 @@ struct unpack_limits {
  * file bytes written. The caller discards root_fd's tree on failure. */
 int unpack_layer(int root_fd, int blob_fd, const struct unpack_limits *limits, uint64_t *ret_bytes,
                  struct cage_error *err);
+/* libarchive converts entry names through the calling thread's LC_CTYPE,
+ * and image layers name their files in UTF-8 whatever locale codecage runs
+ * in (often "C", where any non-ASCII name fails to convert): readers put
+ * the thread in C.UTF-8 while they read (unpack.c). */
+locale_t images_utf8_enter(void);
+void images_utf8_leave(locale_t old);
 /* Removes name (any type, recursively) from the directory dfd. */
 int remove_tree_at(int dfd, const char *name);
 /* The sha256 of the uncompressed tar in blob_fd (a layer's diff id). */

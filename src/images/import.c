@@ -75,7 +75,18 @@ static int stage_member(struct source *src, struct archive *a, struct archive_en
         return 0;
 }
 
+static int stage_tar_utf8(struct source *src, int fd, struct cage_error *err);
+
+/* Names in image archives are UTF-8 whatever the locale (images_private.h). */
 static int stage_tar(struct source *src, int fd, struct cage_error *err)
+{
+        locale_t old = images_utf8_enter();
+        int r = stage_tar_utf8(src, fd, err);
+        images_utf8_leave(old);
+        return r;
+}
+
+static int stage_tar_utf8(struct source *src, int fd, struct cage_error *err)
 {
         struct archive *a = archive_read_new();
         struct archive_entry *e;

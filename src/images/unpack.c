@@ -27,6 +27,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
+#include <locale.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -474,8 +476,40 @@ static struct archive *open_archive(int fd, bool raw, struct cage_error *err)
         return a;
 }
 
+static pthread_once_t utf8_once = PTHREAD_ONCE_INIT;
+static locale_t utf8_ctype;
+
+static void utf8_init(void)
+{
+        utf8_ctype = newlocale(LC_CTYPE_MASK, "C.UTF-8", (locale_t)0);
+}
+
+locale_t images_utf8_enter(void)
+{
+        pthread_once(&utf8_once, utf8_init);
+        return utf8_ctype ? uselocale(utf8_ctype) : (locale_t)0;
+}
+
+void images_utf8_leave(locale_t old)
+{
+        if (old)
+                uselocale(old);
+}
+
+static int unpack_layer_utf8(int root_fd, int blob_fd, const struct unpack_limits *limits,
+                             uint64_t *ret_bytes, struct cage_error *err);
+
 int unpack_layer(int root_fd, int blob_fd, const struct unpack_limits *limits, uint64_t *ret_bytes,
                  struct cage_error *err)
+{
+        locale_t old = images_utf8_enter();
+        int r = unpack_layer_utf8(root_fd, blob_fd, limits, ret_bytes, err);
+        images_utf8_leave(old);
+        return r;
+}
+
+static int unpack_layer_utf8(int root_fd, int blob_fd, const struct unpack_limits *limits,
+                             uint64_t *ret_bytes, struct cage_error *err)
 {
         struct layer l = {.root_fd = root_fd, .limits = limits, .err = err};
         cage_error_clear(err);
@@ -496,8 +530,20 @@ int unpack_layer(int root_fd, int blob_fd, const struct unpack_limits *limits, u
         return r < 0 ? r : 0;
 }
 
+static int layer_diff_id_utf8(int blob_fd, uint64_t max_bytes, char ret[CAGE_IMAGE_DIGEST_LEN + 1],
+                              struct cage_error *err);
+
 int layer_diff_id(int blob_fd, uint64_t max_bytes, char ret[CAGE_IMAGE_DIGEST_LEN + 1],
                   struct cage_error *err)
+{
+        locale_t old = images_utf8_enter();
+        int r = layer_diff_id_utf8(blob_fd, max_bytes, ret, err);
+        images_utf8_leave(old);
+        return r;
+}
+
+static int layer_diff_id_utf8(int blob_fd, uint64_t max_bytes, char ret[CAGE_IMAGE_DIGEST_LEN + 1],
+                              struct cage_error *err)
 {
         struct archive *a = open_archive(blob_fd, true, err);
         struct archive_entry *e;

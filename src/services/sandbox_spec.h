@@ -29,7 +29,7 @@ struct cage_config;
 #define SVC_REQUIREMENTS_MAX 64
 #define SVC_REQUIREMENT_MAX  200 /* bytes of one requirement */
 /* Where a requirements layer appears in a sandbox (read-only). */
-#define SVC_REQUIREMENTS_DIR "/opt/codecage/requirements"
+#define SVC_REQUIREMENTS_DIR "/run/codecage/requirements"
 
 /* What an image gives a launch, set by the caller (svc_box_start). */
 struct svc_image_launch {

@@ -23,7 +23,7 @@ from test_mcp import INIT, Stdio, rpc, write_config
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the server's workspaces need root")
 
 DEBIAN = "codecage-test/debian-python:12"
-DEBIAN_PACKAGES = ["python3-minimal", "libpython3.11-stdlib"]
+DEBIAN_PACKAGES = ["python3-minimal", "libpython3.11-stdlib", "python3-pip"]
 CACHE = Path("/var/tmp/codecage-test-images")
 BUSYBOX_ENV = "codecage-test/busybox-env:1"
 BUSYBOX_USER = "codecage-test/busybox-user:1"
@@ -250,10 +250,73 @@ def test_images_api(tmp_path, archives):
         assert run["stdout"] == "yes\n"
         r = s.request("DELETE", "/v1/images/team/tool:1", token=AGENT)
         assert r.status == 403, r.body
-        assert s.ok("DELETE", "/v1/images/team/tool:1", token=OPERATOR)["id"] == image_id
+        # The run's sandbox is torn down in the background, and with it its
+        # lease on the image: until then a removal is 409.
+        deadline = time.monotonic() + 30
+        r = s.request("DELETE", "/v1/images/team/tool:1", token=OPERATOR)
+        while r.status == 409 and time.monotonic() < deadline:
+            time.sleep(0.1)
+            r = s.request("DELETE", "/v1/images/team/tool:1", token=OPERATOR)
+        assert r.status == 200 and r.json["id"] == image_id, r.body
         assert s.ok("GET", "/v1/images", token=AGENT)["images"] == []
         events = [(e["event"], e.get("id") or e.get("images", [{}])[0].get("id"))
                   for e in s.audit_records() if e["event"].startswith("image.")]
         assert events == [("image.import", image_id), ("image.remove", image_id)], events
     finally:
         s.stop()
+
+
+def test_network_egress_from_the_image(world, tmp_path, archives):
+    """HTTP and HTTPS through codecage's proxy from the image's own Python
+    (its urllib, its ssl), to the test world's origins on 127.0.0.x."""
+    from netlib import CA_PATH, marker
+    s = world.server(tmp_path)
+    try:
+        import_image(s.config_path, archives / "debian.tar")
+        m = marker()
+        code = f"""
+import ssl, sys, urllib.request
+ctx = ssl.create_default_context(cafile={CA_PATH!r})
+a = urllib.request.urlopen({world.http.url("allowed.test", "/hello?" + m)!r}, timeout=10).read()
+b = urllib.request.urlopen({world.https.url("allowed.test", "/hello?" + m)!r}, context=ctx,
+                           timeout=10).read()
+[a.decode(), b.decode(), sys.version_info[:2]]
+"""
+        r = s.ok("POST", "/v1/python", {
+            "code": code, "image": DEBIAN, "timeout_s": 20, "files": [world.tls.file_entry()],
+            "network": [f"allowed.test:{world.P}", f"allowed.test:{world.T}"]})
+        assert r["status"] == "ok", r
+        assert r["return_value"] == ["hello from http-origin", "hello from tls-origin", [3, 11]]
+        assert len(world.http.matching(m)) == 1 and len(world.https.matching(m)) == 1
+    finally:
+        s.stop()
+
+
+def test_requirements_install_with_the_images_pip(world, tmp_path, archives):
+    """pip requirements in an image: installed by the image's own python3 -m
+    pip from the test's local index, into a layer for that image only (the
+    host image's run with the same set installs again)."""
+    import netlib
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    index = netlib.SimpleIndex([netlib.build_wheel(wheels, "cageimg", "1.0")])
+    (tmp_path / "server").mkdir()
+    s = world.server(tmp_path / "server", allow=[*world.server_allow(), f"pypi.test:{index.port}"],
+                     pip={"index_url": index.url("pypi.test"), "timeout_s": 120})
+    try:
+        import_image(s.config_path, archives / "debian.tar")
+        run_ = lambda **kw: s.request("POST", "/v1/python", {
+            "code": "import cageimg, sys\n[cageimg.VALUE, sys.executable]",
+            "requirements": ["cageimg==1.0"], "timeout_s": 60, **kw}, timeout=120)
+        r = run_(image=DEBIAN)
+        assert r.status == 200 and r.json["status"] == "ok", r.body
+        assert r.json["return_value"] == ["cageimg-1.0", "/usr/bin/python3"], r.json
+        assert r.json["requirements"]["cached"] is False
+        again = run_(image=DEBIAN).json
+        assert again["requirements"]["cached"] is True and index.download_count("cageimg") == 1
+        host = run_().json
+        assert host["status"] == "ok" and host["requirements"]["cached"] is False, host
+        assert index.download_count("cageimg") == 2
+    finally:
+        s.stop()
+        index.close()
