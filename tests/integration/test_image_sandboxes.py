@@ -74,10 +74,12 @@ def import_image(config_path, archive):
 @pytest.fixture
 def server(tmp_path, archives):
     s = Server(tmp_path, extra={"pool_size": 0})
-    for name in ("debian.tar", "bb-env.tar", "bb-user.tar"):
-        import_image(s.config_path, archives / name)
-    yield s
-    s.stop()
+    try:
+        for name in ("debian.tar", "bb-env.tar", "bb-user.tar"):
+            import_image(s.config_path, archives / name)
+        yield s
+    finally:
+        s.stop()
 
 
 def run(server, **req):
