@@ -12,7 +12,8 @@
  *   api_files.c     workspace files and run artifacts handlers
  *   api_python.c    Python runs, session variables, the pool, host-call answers
  *   host_calls.c    host calls of Python runs waiting for a client's answer
- *   sse.c           exec/run/Python output (and host calls) as Server-Sent Events
+ *   sse.c           exec/run/Python output (and host calls) as Server-Sent Events;
+ *                   the streaming response of every event queue
  *   openapi.json    embedded at build time (tools/embed-binary.sh)
  * Nothing here is visible to the service layer: dependencies point down. */
 #ifndef CODECAGE_SERVER_HTTP_H
@@ -204,10 +205,11 @@ int api_image_remove(struct http_call *c, struct http_reply *r, struct cage_erro
 int api_host_call_answer(struct http_call *c, struct http_reply *r, struct cage_error *err);
 
 /* sse.c */
-/* Waits on a stream's wake pipe: 1 woken, 0 keepalive due (timeout), -1
- * the client is gone (sock_fd hung up) or the server is stopping. Shared
- * by the API's streams and MCP's (mcp_sse.c). */
-int sse_wait_event(int sock_fd, int wake_fd, int shutdown_fd, int timeout_ms);
+/* The streaming response of an event queue (util/sse_queue.h), for the
+ * API's streams and MCP's alike: Content-Type text/event-stream, no proxy
+ * buffering; it holds a reference to q until MHD is done with it. */
+struct sse_queue;
+struct MHD_Response *sse_response(struct sse_queue *q);
 struct sse_stream;
 enum sse_kind {
         SSE_EXEC,

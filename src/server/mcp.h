@@ -18,7 +18,8 @@
  *   mcp_protocol.c   the method table and dispatch: initialize, ping,
  *                    logging, notifications, the providers' methods
  *   mcp_stdio.c      newline-delimited JSON-RPC on stdin/stdout
- *   mcp_http.c       Streamable HTTP at /mcp of `codecage serve`
+ *   mcp_http.c       Streamable HTTP at /mcp of `codecage serve` (its event
+ *                    streams are util/sse_queue.h, as the API's)
  * (mcp_fixtures.c, the conformance suite's fixtures, is a provider the
  * command line adds for tests; nothing in the server names it.)
  * Dependencies point down: transports -> protocol -> server -> providers
@@ -100,23 +101,6 @@ const struct mcp_options *mcp_serve_options(void);
  * running calls are cancelled and waited for before this returns. */
 int mcp_stdio_run(struct mcp_server *srv, int in_fd, int out_fd, int stop_fd,
                   struct cage_error *err);
-
-/* The Server-Sent Event streams of the HTTP transport (mcp_sse.c): a
- * bounded queue of `event: message` events filled by any thread through
- * the stream's sink and drained by libmicrohttpd on the connection's
- * thread, with keep-alive comments. Reference counted: the creator and
- * the MHD response each hold one. */
-struct mcp_stream;
-struct MHD_Response;
-struct mcp_stream *mcp_stream_new(int sock_fd, int shutdown_fd);
-struct mcp_stream *mcp_stream_ref(struct mcp_stream *st);
-struct mcp_stream *mcp_stream_unref(struct mcp_stream *st);
-struct mcp_sink *mcp_stream_sink(struct mcp_stream *st);
-/* No more events: the response ends once the queue is drained. */
-void mcp_stream_end(struct mcp_stream *st);
-/* The reader is gone or must stop: pushes fail from now on. */
-void mcp_stream_close(struct mcp_stream *st);
-struct MHD_Response *mcp_stream_response(struct mcp_stream *st);
 
 /* ---- errors of the protocol layer ---------------------------------------- */
 

@@ -33,6 +33,7 @@
 #include <microhttpd.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,12 +49,14 @@
 #include "util/cleanup.h"
 #include "util/clock.h"
 #include "util/error.h"
+#include "util/sse_queue.h"
 
 #define SESSIONS_PER_TENANT 256
 #define SESSIONS_MAX        4096
 #define SESSION_IDLE_MS     (10 * 60 * 1000)
 #define SESSION_HEADER      "Mcp-Session-Id"
 #define VERSION_HEADER      "MCP-Protocol-Version"
+#define STREAM_QUEUE_MAX    (4 * 1024 * 1024) /* bytes of events waiting on one stream */
 
 struct http_session {
         struct mcp_session *s; /* a reference */
@@ -61,7 +64,7 @@ struct http_session {
         uint64_t last_used_ms;
         size_t users; /* requests using the entry now */
         bool removed;
-        struct mcp_stream *get; /* the standalone GET stream (a reference) */
+        struct sse_queue *get; /* the standalone GET stream (a reference) */
         struct http_session *next;
 };
 
@@ -76,8 +79,9 @@ struct mcp_http {
 
 struct mcp_http_request {
         struct mcp_http *m;
-        struct http_session *hs; /* a use of the entry */
-        struct mcp_stream *stream;
+        struct http_session *hs;  /* a use of the entry */
+        struct sse_queue *stream; /* its events (util/sse_queue.h) */
+        struct mcp_sink sink;     /* into stream: `event: message` */
         pthread_mutex_t lock;
         struct mcp_call *call; /* while it runs */
         pthread_t worker;
@@ -98,7 +102,7 @@ static struct mcp_sink discard_sink = {.send = discard_send};
 static void entry_free(struct http_session *hs)
 {
         mcp_session_unref(hs->s);
-        mcp_stream_unref(hs->get);
+        sse_queue_unref(hs->get);
         free(hs);
 }
 
@@ -113,7 +117,7 @@ static void unlink_locked(struct mcp_http *m, struct http_session *hs)
         hs->removed = true;
         mcp_session_close(hs->s);
         if (hs->get)
-                mcp_stream_end(hs->get);
+                sse_queue_end(hs->get);
         if (hs->users == 0)
                 entry_free(hs);
 }
@@ -327,6 +331,15 @@ static int check_version(struct MHD_Connection *conn, unsigned *status, int *mhd
 
 /* ---- POST ---------------------------------------------------------------------------- */
 
+/* struct mcp_sink.send of a request's stream: one `event: message`. */
+static int stream_send(struct mcp_sink *sink, const json_t *msg)
+{
+        struct mcp_http_request *r =
+                (struct mcp_http_request *)((char *)sink - offsetof(struct mcp_http_request, sink));
+        _cleanup_free_ char *text = json_dumps(msg, JSON_COMPACT);
+        return text ? sse_queue_push(r->stream, "message", text, strlen(text)) : -ENOMEM;
+}
+
 static struct mcp_http_request *request_new(struct mcp_http *m, struct http_session *hs,
                                             struct MHD_Connection *conn)
 {
@@ -338,7 +351,8 @@ static struct mcp_http_request *request_new(struct mcp_http *m, struct http_sess
         r->m = m;
         r->hs = hs;
         pthread_mutex_init(&r->lock, NULL);
-        r->stream = mcp_stream_new(ci ? ci->connect_fd : -1, m->shutdown_fd);
+        r->sink.send = stream_send;
+        r->stream = sse_queue_new(STREAM_QUEUE_MAX, ci ? ci->connect_fd : -1, m->shutdown_fd, -1);
         if (!r->stream) {
                 pthread_mutex_destroy(&r->lock);
                 free(r);
@@ -356,9 +370,9 @@ static void *call_worker(void *arg)
         pthread_mutex_unlock(&r->lock);
         mcp_call_free(call); /* its id may be used again once the answer is out */
         if (response)
-                (void)mcp_stream_sink(r->stream)->send(mcp_stream_sink(r->stream), response);
+                (void)r->sink.send(&r->sink, response);
         json_decref(response);
-        mcp_stream_end(r->stream);
+        sse_queue_end(r->stream);
         return NULL;
 }
 
@@ -375,14 +389,14 @@ static int post_stream(struct mcp_http *m, struct MHD_Connection *conn, struct h
                 return reply_error(conn, 500, JSONRPC_INTERNAL_ERROR, "out of memory", status);
         }
         *slot = r; /* mcp_http_request_done() cleans up from here on */
-        if (mcp_receive(hs->s, mcp_stream_sink(r->stream), msg, &answer, &call) != MCP_CALL)
+        if (mcp_receive(hs->s, &r->sink, msg, &answer, &call) != MCP_CALL)
                 return reply_json(conn, 200, answer, NULL, status);
         r->call = call;
         if (pthread_create(&r->worker, NULL, call_worker, r) != 0)
                 return reply_error(conn, 500, JSONRPC_INTERNAL_ERROR, "cannot start a thread",
                                    status);
         r->worker_started = true;
-        return queue(conn, 200, mcp_stream_response(r->stream), NULL, status);
+        return queue(conn, 200, sse_response(r->stream), NULL, status);
 }
 
 /* A call answered in plain JSON runs on a worker while this thread
@@ -573,7 +587,7 @@ static int get(struct mcp_http *m, struct MHD_Connection *conn, const char *tena
         pthread_mutex_lock(&m->lock);
         bool busy = hs->get != NULL;
         if (!busy) {
-                hs->get = mcp_stream_ref(r->stream);
+                hs->get = sse_queue_ref(r->stream);
                 r->is_get = true;
         }
         pthread_mutex_unlock(&m->lock);
@@ -581,7 +595,7 @@ static int get(struct mcp_http *m, struct MHD_Connection *conn, const char *tena
                 return reply_error(conn, 409, JSONRPC_INVALID_REQUEST,
                                    "Conflict: this session has an event stream open already",
                                    status);
-        return queue(conn, 200, mcp_stream_response(r->stream), NULL, status);
+        return queue(conn, 200, sse_response(r->stream), NULL, status);
 }
 
 static int delete (struct mcp_http *m, struct MHD_Connection *conn, const char *tenant,
@@ -619,7 +633,7 @@ void mcp_http_request_done(struct mcp_http_request *r)
 {
         if (!r)
                 return;
-        mcp_stream_close(r->stream);
+        sse_queue_close(r->stream);
         pthread_mutex_lock(&r->lock);
         if (r->call)
                 mcp_call_cancel(r->call); /* the client is gone before the answer */
@@ -630,10 +644,10 @@ void mcp_http_request_done(struct mcp_http_request *r)
         if (r->is_get) {
                 pthread_mutex_lock(&r->m->lock);
                 if (r->hs->get == r->stream)
-                        r->hs->get = mcp_stream_unref(r->hs->get);
+                        r->hs->get = sse_queue_unref(r->hs->get);
                 pthread_mutex_unlock(&r->m->lock);
         }
-        mcp_stream_unref(r->stream);
+        sse_queue_unref(r->stream);
         release(r->m, r->hs);
         pthread_mutex_destroy(&r->lock);
         free(r);

@@ -19,21 +19,20 @@
  * the bytes valid UTF-8 with control characters neutralised (the text
  * sanitiser of core/output.c, which carries an incomplete UTF-8 sequence
  * to the next chunk of the same stream), cuts it into events of at most
- * SSE_SLICE_MAX input bytes and pushes them into a bounded byte queue
- * (SSE_QUEUE_MAX). Slow client: the producer BLOCKS until the reader makes
- * room -- nothing is dropped, the program stalls on its full pipe (its
- * wall-clock timeout still runs), and a client that stops reading
- * altogether is cut by MHD's idle timeout, which cancels the call.
+ * SSE_SLICE_MAX input bytes and pushes them into the stream's bounded
+ * queue (util/sse_queue.h, SSE_QUEUE_MAX bytes). Slow client: the producer
+ * BLOCKS until the reader makes room -- nothing is dropped, the program
+ * stalls on its full pipe (its wall-clock timeout still runs), and a
+ * client that stops reading altogether is cut by MHD's idle timeout, which
+ * cancels the call.
  *
- * The MHD response pulls from the queue on the connection's thread. While
- * the queue is empty it polls the client socket for a hang-up (POLLRDHUP:
- * a client that half-closes its side counts as gone), a wake-up pipe the
- * producer writes to, and the server's shutdown pipe. Client gone or
- * server stopping -> the reader ends the stream with an error, and the
- * request-completed callback (sse_stream_finish) writes to the call's
- * cancel pipe (cage_service_io.cancel_fd), wakes a blocked producer, and
- * joins the worker. The stream is reference counted: the request and the
- * MHD response each hold one.
+ * The MHD response pulls from the queue on the connection's thread
+ * (sse_response(), which MCP's streams use too). Client gone or server
+ * stopping -> the queue closes, which writes to the call's cancel pipe
+ * (cage_service_io.cancel_fd), the reader ends the stream with an error,
+ * and the request-completed callback (sse_stream_finish) closes the queue
+ * (waking a blocked producer) and joins the worker. The MHD response holds
+ * a reference to the queue; the request owns the stream.
  *
  * Python runs (SSE_PYTHON) stream the same way. With host functions on,
  * each host call of the code (llm_query, tools.x, ...) becomes
@@ -63,26 +62,20 @@
 #include "services/service.h"
 #include "util/cleanup.h"
 #include "util/error.h"
+#include "util/sse_queue.h"
 
 #define SSE_QUEUE_MAX     (256 * 1024) /* bytes of encoded events waiting */
 #define SSE_SLICE_MAX     (8 * 1024)   /* input bytes per output event */
 #define SSE_BLOCK_SIZE    (32 * 1024)
-#define SSE_KEEPALIVE_MS  15000
 #define SSE_FIRST_WAIT_MS 500
 
-static const char keepalive[] = ": keepalive\n\n";
-
 struct sse_stream {
-        int refs;
         pthread_mutex_t lock;
-        pthread_cond_t cond;       /* room made, event pushed, done, closed */
-        pthread_mutex_t push_lock; /* one event at a time into the queue */
-        char *ring;
-        size_t head, len;
-        bool done, closed, produced;
-        int wake[2];   /* producer -> reader */
-        int cancel[2]; /* -> the service call */
-        int sock_fd, shutdown_fd;
+        pthread_cond_t cond; /* something produced, done */
+        bool done, produced;
+        struct sse_queue *queue;
+        int cancel[2]; /* -> the service call; written when the queue closes */
+        int shutdown_fd;
         pthread_t worker;
         bool worker_started;
 
@@ -98,13 +91,6 @@ struct sse_stream {
         struct cage_error err;
 };
 
-static uint64_t now_ms(void)
-{
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 static void close_pair(int p[2])
 {
         for (int i = 0; i < 2; i++)
@@ -112,88 +98,31 @@ static void close_pair(int p[2])
                         close(p[i]);
 }
 
-static void stream_unref(struct sse_stream *s)
+static void stream_free(struct sse_stream *s)
 {
-        if (!s || __atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) > 0)
+        if (!s)
                 return;
-        close_pair(s->wake);
+        sse_queue_unref(s->queue);
         close_pair(s->cancel);
         pthread_mutex_destroy(&s->lock);
-        pthread_mutex_destroy(&s->push_lock);
         pthread_cond_destroy(&s->cond);
         cage_redactor_unref(s->redactor);
         json_decref(s->req);
         json_decref(s->functions);
         free(s->tenant);
         free(s->name);
-        free(s->ring);
         free(s);
 }
 
 /* ---- the queue ------------------------------------------------------------- */
 
-/* Appends len bytes, waiting for room; -EPIPE once the reader is gone. */
-static int push(struct sse_stream *s, const char *data, size_t len)
-{
-        pthread_mutex_lock(&s->push_lock);
-        pthread_mutex_lock(&s->lock);
-        while (len > 0 && !s->closed) {
-                size_t room = SSE_QUEUE_MAX - s->len;
-                if (room == 0) {
-                        pthread_cond_wait(&s->cond, &s->lock);
-                        continue;
-                }
-                size_t n = len < room ? len : room;
-                for (size_t i = 0; i < n; i++)
-                        s->ring[(s->head + s->len + i) % SSE_QUEUE_MAX] = data[i];
-                s->len += n;
-                data += n;
-                len -= n;
-                pthread_cond_broadcast(&s->cond);
-                pthread_mutex_unlock(&s->lock);
-                (void)!write(s->wake[1], "x", 1); /* a full pipe is awake already */
-                pthread_mutex_lock(&s->lock);
-        }
-        int r = s->closed ? -EPIPE : 0;
-        pthread_mutex_unlock(&s->lock);
-        pthread_mutex_unlock(&s->push_lock);
-        return r;
-}
-
-/* Takes up to max bytes; called with the lock held. */
-static size_t take(struct sse_stream *s, char *buf, size_t max)
-{
-        size_t n = s->len < max ? s->len : max;
-        for (size_t i = 0; i < n; i++)
-                buf[i] = s->ring[(s->head + i) % SSE_QUEUE_MAX];
-        s->head = (s->head + n) % SSE_QUEUE_MAX;
-        s->len -= n;
-        pthread_cond_broadcast(&s->cond);
-        return n;
-}
-
-static void mark_closed(struct sse_stream *s)
-{
-        pthread_mutex_lock(&s->lock);
-        s->closed = true;
-        pthread_cond_broadcast(&s->cond);
-        pthread_mutex_unlock(&s->lock);
-        (void)!write(s->cancel[1], "x", 1);
-}
-
 /* "event: NAME\ndata: JSON\n\n" (compact JSON has no newline). */
 static int push_event(struct sse_stream *s, const char *event, const json_t *doc)
 {
         _cleanup_free_ char *text = json_dumps(doc, JSON_COMPACT);
-        _cleanup_free_ char *head = NULL;
-        if (!text || asprintf(&head, "event: %s\ndata: ", event) < 0)
+        if (!text)
                 return -ENOMEM;
-        int r = push(s, head, strlen(head));
-        if (r >= 0)
-                r = push(s, text, strlen(text));
-        if (r >= 0)
-                r = push(s, "\n\n", 2);
-        return r;
+        return sse_queue_push(s->queue, event, text, strlen(text));
 }
 
 /* ---- the producer ---------------------------------------------------------- */
@@ -355,69 +284,35 @@ static void *worker_main(void *arg)
         s->done = true;
         pthread_cond_broadcast(&s->cond);
         pthread_mutex_unlock(&s->lock);
-        (void)!write(s->wake[1], "x", 1);
+        sse_queue_end(s->queue);
         return NULL;
 }
 
 /* ---- the consumer (MHD response) ---------------------------------------- */
 
-int sse_wait_event(int sock_fd, int wake_fd, int shutdown_fd, int timeout_ms)
-{
-        struct pollfd p[3] = {
-                {.fd = sock_fd, .events = POLLRDHUP},
-                {.fd = wake_fd, .events = POLLIN},
-                {.fd = shutdown_fd, .events = POLLIN},
-        };
-        int n = poll(p, 3, timeout_ms);
-        if (n < 0)
-                return errno == EINTR ? 1 : -1;
-        if (n == 0)
-                return 0;
-        if ((p[0].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) || p[2].revents)
-                return -1;
-        char drain[64];
-        while (read(wake_fd, drain, sizeof(drain)) > 0)
-                ;
-        return 1;
-}
-
-static int wait_event(struct sse_stream *s, int timeout_ms)
-{
-        return sse_wait_event(s->sock_fd, s->wake[0], s->shutdown_fd, timeout_ms);
-}
-
 static ssize_t reader(void *cls, uint64_t pos, char *buf, size_t max)
 {
-        struct sse_stream *s = cls;
-        uint64_t quiet_since = now_ms();
-        for (;;) {
-                pthread_mutex_lock(&s->lock);
-                if (s->len > 0) {
-                        size_t n = take(s, buf, max);
-                        pthread_mutex_unlock(&s->lock);
-                        return (ssize_t)n;
-                }
-                bool done = s->done;
-                pthread_mutex_unlock(&s->lock);
-                if (done)
-                        return MHD_CONTENT_READER_END_OF_STREAM;
-                uint64_t quiet = now_ms() - quiet_since;
-                int w = wait_event(s,
-                                   quiet >= SSE_KEEPALIVE_MS ? 0 : (int)(SSE_KEEPALIVE_MS - quiet));
-                if (w < 0) {
-                        mark_closed(s);
-                        return MHD_CONTENT_READER_END_WITH_ERROR;
-                }
-                if (w == 0 && max >= sizeof(keepalive) - 1) {
-                        memcpy(buf, keepalive, sizeof(keepalive) - 1);
-                        return (ssize_t)(sizeof(keepalive) - 1);
-                }
-        }
+        ssize_t n = sse_queue_read(cls, buf, max);
+        if (n == SSE_QUEUE_END)
+                return MHD_CONTENT_READER_END_OF_STREAM;
+        return n < 0 ? MHD_CONTENT_READER_END_WITH_ERROR : n;
 }
 
 static void response_free(void *cls)
 {
-        stream_unref(cls);
+        sse_queue_unref(cls);
+}
+
+struct MHD_Response *sse_response(struct sse_queue *q)
+{
+        struct MHD_Response *resp = MHD_create_response_from_callback(
+                MHD_SIZE_UNKNOWN, SSE_BLOCK_SIZE, reader, q, response_free);
+        if (!resp)
+                return NULL;
+        sse_queue_ref(q);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+        MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+        return resp;
 }
 
 /* ---- start / finish -------------------------------------------------------- */
@@ -427,12 +322,10 @@ static int stream_new(struct http_call *call, enum sse_kind kind, struct sse_str
         struct sse_stream *s = calloc(1, sizeof(*s));
         if (!s)
                 return -ENOMEM;
-        s->refs = 1;
-        s->wake[0] = s->wake[1] = s->cancel[0] = s->cancel[1] = -1;
+        s->cancel[0] = s->cancel[1] = -1;
         pthread_mutex_init(&s->lock, NULL);
-        pthread_mutex_init(&s->push_lock, NULL);
         pthread_cond_init(&s->cond, NULL);
-        *ret = s; /* from here on, stream_unref() cleans up */
+        *ret = s; /* from here on, stream_free() cleans up */
         s->kind = kind;
         s->svc = call->ctx->svc;
         s->shutdown_fd = call->ctx->shutdown_fd;
@@ -440,16 +333,15 @@ static int stream_new(struct http_call *call, enum sse_kind kind, struct sse_str
         s->req = json_incref(call->json);
         s->tenant = strdup(call->tenant);
         s->name = call->name ? strdup(call->name) : NULL;
-        s->ring = malloc(SSE_QUEUE_MAX);
         const union MHD_ConnectionInfo *ci =
                 MHD_get_connection_info(call->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-        s->sock_fd = ci ? ci->connect_fd : -1;
-        if (!s->tenant || (call->name && !s->name) || !s->ring)
+        if (!s->tenant || (call->name && !s->name))
                 return -ENOMEM;
-        if (pipe2(s->wake, O_CLOEXEC | O_NONBLOCK) < 0 ||
-            pipe2(s->cancel, O_CLOEXEC | O_NONBLOCK) < 0)
+        if (pipe2(s->cancel, O_CLOEXEC | O_NONBLOCK) < 0)
                 return -errno;
-        return 0;
+        s->queue = sse_queue_new(SSE_QUEUE_MAX, ci ? ci->connect_fd : -1, s->shutdown_fd,
+                                 s->cancel[1]);
+        return s->queue ? 0 : -errno;
 }
 
 /* Waits until the worker produced something or finished, at most ms. */
@@ -472,15 +364,11 @@ static void wait_first(struct sse_stream *s, int ms)
 
 static struct MHD_Response *stream_response(struct sse_stream *s)
 {
-        struct MHD_Response *resp = MHD_create_response_from_callback(
-                MHD_SIZE_UNKNOWN, SSE_BLOCK_SIZE, reader, s, response_free);
+        struct MHD_Response *resp = sse_response(s->queue);
         if (!resp)
                 return NULL;
-        __atomic_add_fetch(&s->refs, 1, __ATOMIC_ACQ_REL);
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
         MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
-        MHD_add_response_header(resp, "X-Accel-Buffering", "no");
         return resp;
 }
 
@@ -534,8 +422,9 @@ void sse_stream_finish(struct sse_stream *s)
 {
         if (!s)
                 return;
-        mark_closed(s);
+        if (s->queue)
+                sse_queue_close(s->queue); /* cancels the call, wakes a waiting producer */
         if (s->worker_started)
                 pthread_join(s->worker, NULL);
-        stream_unref(s);
+        stream_free(s);
 }
