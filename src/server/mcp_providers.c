@@ -246,5 +246,6 @@ json_t *mcp_providers_complete(struct mcp_session *s, const json_t *params, stru
         for (size_t i = 0; i < s->srv->n_providers; i++)
                 if (s->srv->providers[i]->complete)
                         return s->srv->providers[i]->complete(s->srv->providers[i], params, e);
-        return json_pack("{s:{s:[], s:i, s:b}}", "completion", "values", "total", 0, "hasMore", 0);
+        /* Not reached: the method exists only when a provider completes. */
+        return mcp_fail(e, JSONRPC_METHOD_NOT_FOUND, "Method not found: completion/complete");
 }
