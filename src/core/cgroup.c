@@ -694,6 +694,19 @@ static bool name_valid(const char *name)
 static int remove_dirs(struct cage_cgroup *cg);
 static void close_fds(struct cage_cgroup *cg);
 
+/* Hands a new group over, or undoes it when r says its creation failed. */
+static int created(struct cage_cgroup *cg, int r, struct cage_cgroup **ret)
+{
+        if (r < 0) {
+                (void)remove_dirs(cg);
+                close_fds(cg);
+                free(cg);
+                return r;
+        }
+        *ret = cg;
+        return 0;
+}
+
 int cage_cgroup_create(const struct cgroup_host *host, const char *name,
                        const struct cgroup_limits *limits, struct cage_cgroup **ret,
                        struct cage_error *err)
@@ -719,14 +732,7 @@ int cage_cgroup_create(const struct cgroup_host *host, const char *name,
                 r = create_v1(cg, host, l, err);
         else if (host->backend == CGROUP_BACKEND_V2)
                 r = create_v2(cg, host, l, err);
-        if (r < 0) {
-                (void)remove_dirs(cg);
-                close_fds(cg);
-                free(cg);
-                return r;
-        }
-        *ret = cg;
-        return 0;
+        return created(cg, r, ret);
 }
 
 /* A sub-group has no limits of its own (the parent's apply to it) and, on
@@ -760,14 +766,7 @@ int cage_cgroup_create_child(struct cage_cgroup *parent, const char *leaf, struc
                                 cg->fd[i] = cg->fd[j];
                 cg->alias[i] = cg->fd[i] >= 0;
         }
-        if (r < 0) {
-                (void)remove_dirs(cg);
-                close_fds(cg);
-                free(cg);
-                return r;
-        }
-        *ret = cg;
-        return 0;
+        return created(cg, r, ret);
 }
 
 int cage_cgroup_set_cpu_weight(struct cage_cgroup *cg, unsigned weight)

@@ -692,23 +692,39 @@ static int load_tenant_rights(const struct cage_config *cfg, json_t *entry, size
         return r < 0 ? r : load_tenant_secrets(cfg, entry, where, t, err);
 }
 
-static int parse_tenants(json_t *root, struct cage_config *cfg, struct cage_error *err)
+/* The array root[key] with at most max entries, and a zeroed allocation of
+ * one element of `size` per entry (at least one) in *ret. 0 with *ret_arr
+ * NULL when the key is absent. */
+static int bounded_array(json_t *root, const char *key, size_t max, size_t size, json_t **ret_arr,
+                         void **ret, struct cage_error *err)
 {
-        json_t *arr = json_object_get(root, "tenants");
+        json_t *arr = json_object_get(root, key);
+        *ret_arr = NULL;
         if (!arr)
                 return 0;
         if (!json_is_array(arr))
-                return cage_fail(err, -EINVAL, "tenants: must be an array");
+                return cage_fail(err, -EINVAL, "%s: must be an array", key);
         size_t n = json_array_size(arr);
-        if (n > CAGE_CONFIG_TENANTS_MAX)
-                return cage_fail(err, -EINVAL, "tenants: %zu entries (allowed at most %d)", n,
-                                 CAGE_CONFIG_TENANTS_MAX);
-        cfg->tenants = calloc(n ? n : 1, sizeof(*cfg->tenants));
-        if (!cfg->tenants)
-                return cage_fail(err, -ENOMEM, "tenants");
+        if (n > max)
+                return cage_fail(err, -EINVAL, "%s: %zu entries (allowed at most %zu)", key, n,
+                                 max);
+        if (!(*ret = calloc(n ? n : 1, size)))
+                return cage_fail(err, -ENOMEM, "%s", key);
+        *ret_arr = arr;
+        return 0;
+}
+
+static int parse_tenants(json_t *root, struct cage_config *cfg, struct cage_error *err)
+{
+        json_t *arr;
+        int r = bounded_array(root, "tenants", CAGE_CONFIG_TENANTS_MAX, sizeof(*cfg->tenants), &arr,
+                              (void **)&cfg->tenants, err);
+        if (r < 0 || !arr)
+                return r;
+        size_t n = json_array_size(arr);
         for (size_t i = 0; i < n; i++) {
                 struct cage_tenant *t = &cfg->tenants[i];
-                int r = load_tenant(json_array_get(arr, i), i, t, err);
+                r = load_tenant(json_array_get(arr, i), i, t, err);
                 if (r < 0)
                         return r;
                 cfg->n_tenants++;
@@ -737,18 +753,12 @@ static int parse_tenants(json_t *root, struct cage_config *cfg, struct cage_erro
 
 static int parse_env_allowlist(json_t *root, struct cage_config *cfg, struct cage_error *err)
 {
-        json_t *arr = json_object_get(root, "env_allowlist");
-        if (!arr)
-                return 0;
-        if (!json_is_array(arr))
-                return cage_fail(err, -EINVAL, "env_allowlist: must be an array of names");
+        json_t *arr;
+        int r = bounded_array(root, "env_allowlist", CAGE_CONFIG_ENV_ALLOW_MAX, sizeof(char *),
+                              &arr, (void **)&cfg->env_allowlist, err);
+        if (r < 0 || !arr)
+                return r;
         size_t n = json_array_size(arr);
-        if (n > CAGE_CONFIG_ENV_ALLOW_MAX)
-                return cage_fail(err, -EINVAL, "env_allowlist: %zu names (allowed at most %d)", n,
-                                 CAGE_CONFIG_ENV_ALLOW_MAX);
-        cfg->env_allowlist = calloc(n ? n : 1, sizeof(char *));
-        if (!cfg->env_allowlist)
-                return cage_fail(err, -ENOMEM, "env_allowlist");
         for (size_t i = 0; i < n; i++) {
                 json_t *v = json_array_get(arr, i);
                 const char *s = json_string_value(v);
@@ -766,18 +776,13 @@ static int parse_env_allowlist(json_t *root, struct cage_config *cfg, struct cag
 
 static int parse_mounts(json_t *root, struct cage_config *cfg, struct cage_error *err)
 {
-        json_t *arr = json_object_get(root, "mounts_allowed");
-        if (!arr)
-                return 0;
-        if (!json_is_array(arr))
-                return cage_fail(err, -EINVAL, "mounts_allowed: must be an array");
+        json_t *arr;
+        int r = bounded_array(root, "mounts_allowed", CAGE_CONFIG_MOUNTS_MAX,
+                              sizeof(*cfg->mounts_allowed), &arr, (void **)&cfg->mounts_allowed,
+                              err);
+        if (r < 0 || !arr)
+                return r;
         size_t n = json_array_size(arr);
-        if (n > CAGE_CONFIG_MOUNTS_MAX)
-                return cage_fail(err, -EINVAL, "mounts_allowed: %zu entries (allowed at most %d)",
-                                 n, CAGE_CONFIG_MOUNTS_MAX);
-        cfg->mounts_allowed = calloc(n ? n : 1, sizeof(*cfg->mounts_allowed));
-        if (!cfg->mounts_allowed)
-                return cage_fail(err, -ENOMEM, "mounts_allowed");
         static const char *const keys[] = {"path", "writable", NULL};
         for (size_t i = 0; i < n; i++) {
                 char where[FIELD_MAX];
@@ -785,7 +790,6 @@ static int parse_mounts(json_t *root, struct cage_config *cfg, struct cage_error
                 json_t *e = json_array_get(arr, i);
                 struct cage_mount_rule *m = &cfg->mounts_allowed[i];
                 const char *path = NULL;
-                int r;
                 if (!json_is_object(e))
                         return cage_fail(err, -EINVAL,
                                          "%s: must be an object {\"path\", \"writable\"}", where);
@@ -907,22 +911,18 @@ static int parse_pool_image(json_t *e, const char *where, const struct cage_conf
 
 static int parse_pool(json_t *root, struct cage_config *cfg, struct cage_error *err)
 {
-        json_t *arr = json_object_get(root, "pool");
-        if (!arr)
-                return 0;
-        if (!json_is_array(arr) || json_array_size(arr) > CAGE_CONFIG_POOL_IMAGES_MAX)
-                return cage_fail(err, -EINVAL, "pool: a list of at most %d {image, size}",
-                                 CAGE_CONFIG_POOL_IMAGES_MAX);
-        cfg->pool_images = calloc(json_array_size(arr) + 1, sizeof(*cfg->pool_images));
-        if (!cfg->pool_images)
-                return cage_fail(err, -ENOMEM, "pool");
+        json_t *arr;
+        int r = bounded_array(root, "pool", CAGE_CONFIG_POOL_IMAGES_MAX, sizeof(*cfg->pool_images),
+                              &arr, (void **)&cfg->pool_images, err);
+        if (r < 0 || !arr)
+                return r;
         size_t i;
         json_t *e;
         json_array_foreach(arr, i, e)
         {
                 char where[FIELD_MAX];
                 snprintf(where, sizeof(where), "pool[%zu]", i);
-                int r = parse_pool_image(e, where, cfg, &cfg->pool_images[i], err);
+                r = parse_pool_image(e, where, cfg, &cfg->pool_images[i], err);
                 if (r < 0)
                         return r;
                 cfg->n_pool_images++;
@@ -1223,25 +1223,12 @@ static int parse_paths(json_t *root, struct cage_config *cfg, struct cage_error 
 /* root may be NULL: the defaults. */
 static int config_from_json(json_t *root, struct cage_config **ret, struct cage_error *err)
 {
-        static const char *const keys[] = {"data_dir",
-                                           "listen",
-                                           "limits",
-                                           "defaults",
-                                           "env_allowlist",
-                                           "secrets",
-                                           "tenants",
-                                           "mounts_allowed",
-                                           "retention_s",
-                                           "idle_timeout_s",
-                                           "audit_log",
-                                           "pool_size",
-                                           "upstream_servers",
-                                           "network",
-                                           "pip",
-                                           "fetch",
-                                           "images",
-                                           "pool",
-                                           NULL};
+        static const char *const keys[] = {
+                "data_dir",         "listen",         "limits",    "defaults",
+                "env_allowlist",    "secrets",        "tenants",   "mounts_allowed",
+                "retention_s",      "idle_timeout_s", "audit_log", "pool_size",
+                "upstream_servers", "network",        "pip",       "fetch",
+                "images",           "pool",           NULL};
         json_auto_t *empty = NULL;
         int r;
         if (!root) {
@@ -1265,7 +1252,8 @@ static int config_from_json(json_t *root, struct cage_config **ret, struct cage_
             (r = parse_upstreams(root, cfg, err)) < 0 || (r = parse_listen(root, cfg, err)) < 0 ||
             (r = check_auth_exposure(cfg, err)) < 0 ||
             (r = config_parse_network(root, cfg, err)) < 0 ||
-            (r = cage_images_config_parse(json_object_get(root, "images"), &cfg->images, err)) < 0 ||
+            (r = cage_images_config_parse(json_object_get(root, "images"), &cfg->images, err)) <
+                    0 ||
             (r = parse_pool(root, cfg, err)) < 0)
                 return r;
         *ret = TAKE_PTR(cfg);

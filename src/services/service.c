@@ -429,6 +429,19 @@ static int persist_new(struct cage_service *svc, struct sb *sb, struct cage_erro
                                      svc->ws_backend, err);
 }
 
+/* Called with sb->lock held: marks sb removed, unlocks it and drops it from
+ * the registry (and the registry's reference). */
+static void forget_locked(struct cage_service *svc, struct sb *sb)
+{
+        sb->removed = true;
+        pthread_mutex_unlock(&sb->lock);
+        pthread_mutex_lock(&svc->lock);
+        unlink_locked(svc, sb);
+        sb->refs--; /* the registry's reference */
+        pthread_mutex_unlock(&svc->lock);
+        svc_unref(sb);
+}
+
 /* Undoes a failed create: nothing of it stays. */
 static void abandon(struct cage_service *svc, struct sb *sb)
 {
@@ -437,13 +450,7 @@ static void abandon(struct cage_service *svc, struct sb *sb)
                 (void)cage_workspace_destroy(svc->ws_base, sb->id, NULL);
                 (void)cage_store_delete(svc->store, sb->id, NULL);
         }
-        sb->removed = true;
-        pthread_mutex_unlock(&sb->lock);
-        pthread_mutex_lock(&svc->lock);
-        unlink_locked(svc, sb);
-        sb->refs--; /* the registry's reference */
-        pthread_mutex_unlock(&svc->lock);
-        svc_unref(sb);
+        forget_locked(svc, sb);
 }
 
 int cage_service_sandbox_create(struct cage_service *svc, const char *tenant, const json_t *spec,
@@ -594,14 +601,8 @@ int cage_service_sandbox_remove(struct cage_service *svc, const char *tenant, co
                 unlock_unref(sb);
                 return r;
         }
-        sb->removed = true;
         svc_audit(svc, CAGE_AUDIT_SANDBOX_REMOVE, tenant, name, svc_labels(sb), NULL);
-        pthread_mutex_unlock(&sb->lock);
-        pthread_mutex_lock(&svc->lock);
-        unlink_locked(svc, sb);
-        sb->refs--; /* the registry's reference */
-        pthread_mutex_unlock(&svc->lock);
-        svc_unref(sb);
+        forget_locked(svc, sb);
         return 0;
 }
 
