@@ -652,23 +652,36 @@ int cage_image_list(struct cage_image_store *s, json_t **ret, struct cage_error 
         return 0;
 }
 
+/* With the store's lock held: the index, the key ref has in it (or "" for
+ * an id), the image's id and its meta. On failure nothing is returned. */
+static int find_image(struct cage_image_store *s, const char *ref, json_t **ret_idx,
+                      char key[CAGE_IMAGE_REF_MAX], char id[CAGE_IMAGE_DIGEST_LEN + 1],
+                      json_t **ret_meta, struct cage_error *err)
+{
+        json_t *idx = NULL;
+        int r = read_index(s, &idx, err);
+        if (r >= 0)
+                r = lookup(json_object_get(idx, "refs"), ref, key, CAGE_IMAGE_REF_MAX, id, err);
+        if (r >= 0)
+                r = read_meta(s, id, ret_meta, err);
+        if (r < 0) {
+                json_decref(idx);
+                return r;
+        }
+        *ret_idx = idx;
+        return 0;
+}
+
 int cage_image_inspect(struct cage_image_store *s, const char *ref, json_t **ret,
                        struct cage_error *err)
 {
         _cleanup_close_ int lock = lock_file(s, "lock", LOCK_SH, err);
         char key[CAGE_IMAGE_REF_MAX] = "", id[CAGE_IMAGE_DIGEST_LEN + 1];
         json_t *idx = NULL, *meta = NULL;
-        int r = lock < 0 ? lock : read_index(s, &idx, err);
+        int r = lock < 0 ? lock : find_image(s, ref, &idx, key, id, &meta, err);
         if (r < 0)
                 return r;
         json_t *refs = json_object_get(idx, "refs");
-        r = lookup(refs, ref, key, sizeof(key), id, err);
-        if (r >= 0)
-                r = read_meta(s, id, &meta, err);
-        if (r < 0) {
-                json_decref(idx);
-                return r;
-        }
         json_t *out = list_entry(s, key[0] ? key : NULL, meta), *names = names_of(refs, id);
         char *root = NULL;
         if (asprintf(&root, "%s/roots/%s", s->dir, id + 7) < 0)
@@ -742,15 +755,12 @@ int cage_image_remove(struct cage_image_store *s, const char *ref,
         _cleanup_close_ int lock = lock_file(s, "lock", LOCK_EX, err);
         char key[CAGE_IMAGE_REF_MAX] = "", id[CAGE_IMAGE_DIGEST_LEN + 1];
         json_t *idx = NULL, *meta = NULL;
-        int r = lock < 0 ? lock : read_index(s, &idx, err);
+        int r = lock < 0 ? lock : find_image(s, ref, &idx, key, id, &meta, err);
         if (r < 0)
                 return r;
-        json_t *refs = json_object_get(idx, "refs");
+        json_decref(meta);
         bool by_id = cage_image_digest_valid(ref);
-        r = lookup(refs, ref, key, sizeof(key), id, err);
-        if (r >= 0 && (r = read_meta(s, id, &meta, err)) >= 0)
-                json_decref(meta);
-        json_t *kept = json_deep_copy(refs);
+        json_t *kept = json_deep_copy(json_object_get(idx, "refs"));
         if (r >= 0 && by_id) {
                 unname(kept, id);
         } else if (r >= 0) {
