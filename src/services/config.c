@@ -148,14 +148,22 @@ int config_check_keys(json_t *obj, const char *where, const char *const *allowed
 }
 
 /* An optional object member: 0 absent, 1 present, < 0 wrong type. */
+/* obj[key] with its field name in f ("where.key"); NULL when absent. */
+static json_t *member(json_t *obj, const char *where, const char *key, char f[FIELD_MAX])
+{
+        json_t *v = json_object_get(obj, key);
+        if (v)
+                field_name(f, where, key);
+        return v;
+}
+
 int config_get_object(json_t *obj, const char *where, const char *key, json_t **ret,
                       struct cage_error *err)
 {
-        json_t *v = json_object_get(obj, key);
+        char f[FIELD_MAX];
+        json_t *v = member(obj, where, key, f);
         if (!v)
                 return 0;
-        char f[FIELD_MAX];
-        field_name(f, where, key);
         if (!json_is_object(v))
                 return cage_fail(err, -EINVAL, "%s: must be an object", f);
         *ret = v;
@@ -167,11 +175,10 @@ int config_get_object(json_t *obj, const char *where, const char *key, json_t **
 int config_get_string(json_t *obj, const char *where, const char *key, size_t max, const char **ret,
                       struct cage_error *err)
 {
-        json_t *v = json_object_get(obj, key);
+        char f[FIELD_MAX];
+        json_t *v = member(obj, where, key, f);
         if (!v)
                 return 0;
-        char f[FIELD_MAX];
-        field_name(f, where, key);
         if (!json_is_string(v))
                 return cage_fail(err, -EINVAL, "%s: must be a string", f);
         size_t n = json_string_length(v);
@@ -310,11 +317,10 @@ static void num_format(char *buf, size_t size, enum num_kind kind, double v)
 int config_get_number(json_t *obj, const char *where, const char *key, enum num_kind kind,
                       double lo, double hi, double *ret, struct cage_error *err)
 {
-        json_t *v = json_object_get(obj, key);
+        char f[FIELD_MAX], los[32], his[32];
+        json_t *v = member(obj, where, key, f);
         if (!v)
                 return 0;
-        char f[FIELD_MAX], los[32], his[32];
-        field_name(f, where, key);
         num_format(los, sizeof(los), kind, lo);
         num_format(his, sizeof(his), kind, hi);
         double x;
