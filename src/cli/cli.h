@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include <jansson.h>
+#include <signal.h>
 
 #include "codecage/codecage.h"
 #include "services/audit.h"
@@ -42,6 +43,10 @@ int parse_double_range(const char *opt, const char *s, double lo, double hi, dou
 int parse_mount(const char *opt, char *s, bool writable, struct cage_mount *ret,
                 struct cage_error *err);
 int parse_debug_disable(const char *s, uint32_t *ret, struct cage_error *err);
+
+/* Blocks SIGINT and SIGTERM (taken later through sigwait or a signalfd)
+ * and fills *ret with them; call before any thread exists. */
+void cli_block_stop_signals(sigset_t *ret);
 
 /* The image store of the config's data_dir (image_store.c). */
 struct cage_config;

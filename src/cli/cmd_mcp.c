@@ -168,10 +168,7 @@ int cmd_mcp(int argc, char **argv)
                 return EXIT_CODECAGE_FAILED;
         }
         /* Before any thread exists, so every thread inherits the mask. */
-        sigemptyset(&stop);
-        sigaddset(&stop, SIGINT);
-        sigaddset(&stop, SIGTERM);
-        sigprocmask(SIG_BLOCK, &stop, NULL);
+        cli_block_stop_signals(&stop);
         _cleanup_close_ int sfd = signalfd(-1, &stop, SFD_CLOEXEC | SFD_NONBLOCK);
         if (sfd < 0) {
                 fprintf(stderr, "codecage: mcp: signalfd: %s\n", strerror(errno));

@@ -228,10 +228,7 @@ int cmd_serve(int argc, char **argv)
                 return EXIT_CODECAGE_FAILED;
         }
         /* Before any thread exists, so every thread inherits the mask. */
-        sigemptyset(&stop);
-        sigaddset(&stop, SIGINT);
-        sigaddset(&stop, SIGTERM);
-        sigprocmask(SIG_BLOCK, &stop, NULL);
+        cli_block_stop_signals(&stop);
         r = serve(cfg, &stop);
         cage_config_free(cfg);
         return r;

@@ -1,6 +1,7 @@
 /* Parsing of CLI option values into spec fields, with errors that name the
  * option and the allowed range. No value is trusted until parsed whole. */
 #include <errno.h>
+#include <signal.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,4 +91,12 @@ int parse_debug_disable(const char *s, uint32_t *ret, struct cage_error *err)
                 *ret |= debug_switches[i].bit;
         }
         return 0;
+}
+
+void cli_block_stop_signals(sigset_t *ret)
+{
+        sigemptyset(ret);
+        sigaddset(ret, SIGINT);
+        sigaddset(ret, SIGTERM);
+        sigprocmask(SIG_BLOCK, ret, NULL);
 }
