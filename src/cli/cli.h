@@ -7,6 +7,7 @@
 
 #include <jansson.h>
 #include <signal.h>
+#include <stdio.h>
 
 #include "codecage/codecage.h"
 #include "services/audit.h"
@@ -43,6 +44,14 @@ int parse_double_range(const char *opt, const char *s, double lo, double hi, dou
 int parse_mount(const char *opt, char *s, bool writable, struct cage_mount *ret,
                 struct cage_error *err);
 int parse_debug_disable(const char *s, uint32_t *ret, struct cage_error *err);
+
+/* Runs getopt_long over argv with opts (no short options): on(ctx, c,
+ * optarg) for each option but --help ('h', which prints usage to stdout and
+ * makes the result 1) and unknown ones (usage to stderr, -EINVAL). on
+ * returns 0 or -EINVAL. Then 0. */
+struct option;
+int cli_getopt(int argc, char **argv, const struct option *opts,
+               int (*on)(void *ctx, int c, char *arg), void (*usage)(FILE *f), void *ctx);
 
 /* Blocks SIGINT and SIGTERM (taken later through sigwait or a signalfd)
  * and fills *ret with them; call before any thread exists. */

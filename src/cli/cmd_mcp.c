@@ -66,35 +66,30 @@ static void usage(FILE *f)
                 MCP_UPSTREAMS_MAX, EXIT_CODECAGE_FAILED);
 }
 
+static int on_option(void *ctx, int c, char *arg)
+{
+        struct mcp_args *a = ctx;
+        if (c == 'c') {
+                a->config = arg;
+        } else if (c == 't') {
+                a->tools = arg;
+        } else if (c == 'u') {
+                if (a->n_upstreams == MCP_UPSTREAMS_MAX) {
+                        fprintf(stderr, "codecage: mcp: at most %d --upstream\n",
+                                MCP_UPSTREAMS_MAX);
+                        return -EINVAL;
+                }
+                a->upstreams[a->n_upstreams++] = arg;
+        }
+        return 0;
+}
+
 static int parse_args(int argc, char **argv, struct mcp_args *a)
 {
         struct cage_error err = {0};
-        int c;
-        optind = 1;
-        while ((c = getopt_long(argc, argv, "", mcp_long_options, NULL)) != -1) {
-                switch (c) {
-                case 'c':
-                        a->config = optarg;
-                        break;
-                case 't':
-                        a->tools = optarg;
-                        break;
-                case 'u':
-                        if (a->n_upstreams == MCP_UPSTREAMS_MAX) {
-                                fprintf(stderr, "codecage: mcp: at most %d --upstream\n",
-                                        MCP_UPSTREAMS_MAX);
-                                return -EINVAL;
-                        }
-                        a->upstreams[a->n_upstreams++] = optarg;
-                        break;
-                case 'h':
-                        usage(stdout);
-                        return 1;
-                default:
-                        usage(stderr);
-                        return -EINVAL;
-                }
-        }
+        int r = cli_getopt(argc, argv, mcp_long_options, on_option, usage, a);
+        if (r != 0)
+                return r;
         if (optind < argc) {
                 fprintf(stderr, "codecage: mcp: unexpected argument \"%s\"\n", argv[optind]);
                 return -EINVAL;

@@ -76,32 +76,25 @@ static void usage(FILE *f)
                 EXIT_CODECAGE_FAILED);
 }
 
+static int on_option(void *ctx, int c, char *arg)
+{
+        struct serve_args *a = ctx;
+        if (c == 'c')
+                a->config = arg;
+        else if (c == 'l')
+                a->listen = arg;
+        else if (c == 's')
+                a->socket = arg;
+        else if (c == 'n')
+                a->no_socket = true;
+        return 0;
+}
+
 static int parse_args(int argc, char **argv, struct serve_args *a)
 {
-        int c;
-        optind = 1;
-        while ((c = getopt_long(argc, argv, "", serve_options, NULL)) != -1) {
-                switch (c) {
-                case 'c':
-                        a->config = optarg;
-                        break;
-                case 'l':
-                        a->listen = optarg;
-                        break;
-                case 's':
-                        a->socket = optarg;
-                        break;
-                case 'n':
-                        a->no_socket = true;
-                        break;
-                case 'h':
-                        usage(stdout);
-                        return 1;
-                default:
-                        usage(stderr);
-                        return -EINVAL;
-                }
-        }
+        int r = cli_getopt(argc, argv, serve_options, on_option, usage, a);
+        if (r != 0)
+                return r;
         if (optind < argc || (a->socket && a->no_socket)) {
                 fprintf(stderr, "codecage: serve: %s\n",
                         optind < argc ? "unexpected argument"

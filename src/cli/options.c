@@ -1,6 +1,7 @@
 /* Parsing of CLI option values into spec fields, with errors that name the
  * option and the allowed range. No value is trusted until parsed whole. */
 #include <errno.h>
+#include <getopt.h>
 #include <signal.h>
 #include <math.h>
 #include <stdlib.h>
@@ -99,4 +100,23 @@ void cli_block_stop_signals(sigset_t *ret)
         sigaddset(ret, SIGINT);
         sigaddset(ret, SIGTERM);
         sigprocmask(SIG_BLOCK, ret, NULL);
+}
+
+int cli_getopt(int argc, char **argv, const struct option *opts,
+               int (*on)(void *ctx, int c, char *arg), void (*usage)(FILE *f), void *ctx)
+{
+        int c;
+        optind = 1;
+        while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+                if (c == 'h') {
+                        usage(stdout);
+                        return 1;
+                }
+                if (c == '?' || on(ctx, c, optarg) < 0) {
+                        if (c == '?')
+                                usage(stderr);
+                        return -EINVAL;
+                }
+        }
+        return 0;
 }

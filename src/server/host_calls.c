@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "util/cleanup.h"
+#include "util/clock.h"
 #include "util/error.h"
 
 #define WAIT_SLICE_MS 100
@@ -36,13 +37,6 @@ struct host_call {
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct host_call *registry;
-
-static uint64_t now_ms(void)
-{
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 /* With registry_lock held. */
 static struct host_call *find(const char *id)
@@ -148,13 +142,13 @@ static void deadline_in(struct timespec *ts, uint64_t ms)
 int host_call_wait(struct host_call *c, uint64_t timeout_ms, const int *fds, size_t n_fds,
                    json_t **value, char **error)
 {
-        uint64_t deadline = now_ms() + timeout_ms;
+        uint64_t deadline = clock_mono_ms() + timeout_ms;
         int r = 0;
         pthread_mutex_lock(&registry_lock);
         while (!c->answered) {
                 pthread_mutex_unlock(&registry_lock);
                 bool cancelled = any_readable(fds, n_fds);
-                uint64_t now = now_ms();
+                uint64_t now = clock_mono_ms();
                 pthread_mutex_lock(&registry_lock);
                 if (c->answered)
                         break;
