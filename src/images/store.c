@@ -395,6 +395,25 @@ static int load_image(struct cage_image_store *s, struct commit *c, struct cage_
         return 0;
 }
 
+/* A compressed layer's uncompressed content must be what the image's
+ * config names (rootfs.diff_ids), as the manifest's digest pins only the
+ * compressed bytes. Leaves the fd at its start. */
+static int verify_diff_id(struct cage_image_store *s, int fd, const char *digest,
+                          const char *diff_id, struct cage_error *err)
+{
+        char computed[CAGE_IMAGE_DIGEST_LEN + 1];
+        if (strcmp(digest, diff_id) == 0 || !image_guard_on(GUARD_DIGEST))
+                return 0;
+        int r = layer_diff_id(fd, s->cfg->max_layer_bytes, computed, err);
+        if (r == 0 && strcmp(computed, diff_id) != 0)
+                r = cage_fail_plain(err, -EBADMSG,
+                                    "layer %.19s uncompressed is %s, not the config's diff_id %s",
+                                    digest, computed, diff_id);
+        if (r == 0 && lseek(fd, 0, SEEK_SET) < 0)
+                r = cage_fail(err, -errno, "layer %.19s", digest);
+        return r;
+}
+
 static int unpack_all(struct cage_image_store *s, struct commit *c, int root_fd,
                       const struct cage_image_op *op, struct cage_error *err)
 {
@@ -410,7 +429,9 @@ static int unpack_all(struct cage_image_store *s, struct commit *c, int root_fd,
                 uint64_t bytes = 0;
                 if (fd < 0)
                         return fd;
-                int r = unpack_layer(root_fd, fd, &limits, &bytes, err);
+                int r = verify_diff_id(s, fd, d->digest, c->config.diff_ids[i], err);
+                if (r == 0)
+                        r = unpack_layer(root_fd, fd, &limits, &bytes, err);
                 if (r < 0) {
                         char inner[CAGE_ERROR_MESSAGE_MAX];
                         snprintf(inner, sizeof(inner), "%s", err->message);

@@ -334,3 +334,22 @@ def test_registry_blob_that_does_not_match_its_digest(target, tmp_path):
             assert b"trojan" in (target.rootfs(ref) / "bin/busybox").read_bytes()
     finally:
         registry.stop()
+
+
+@pair("image-digest")
+def test_compressed_layer_that_does_not_match_its_diff_id(target, tmp_path):
+    """The manifest's digest pins a layer's compressed bytes only: an image
+    whose gzip layer unpacks to other content than its config's diff_id
+    (what a registry or an OCI layout can serve consistently) is refused."""
+    evil = il.tar_bytes([il.d("bin"), il.f("bin/busybox", b"#!/bin/sh\necho trojan\n", 0o755)])
+    layout = tmp_path / "layout"
+    il.oci_layout(layout, [evil], ref_name="docker.io/library/swapped:2",
+                  config=il.image_config([il.busybox_layer()]))
+    before = target.snapshot()
+    proc = target.run("import", str(layout))
+    if target.protected:
+        expect_refused(target, proc, before)
+        assert "diff_id" in proc.stderr, proc.stderr
+    else:
+        assert proc.returncode == 0, proc.stderr
+        assert b"trojan" in (target.rootfs("swapped:2") / "bin/busybox").read_bytes()
