@@ -117,6 +117,7 @@ struct run_args {
         const char *config;
         struct cli_image_store images;
         struct cage_image *image; /* --image REF, leased while it runs */
+        char user_env[2][96];     /* its USER= and LOGNAME= */
         char *env_pass_storage[CAGE_ENV_MAX];
         size_t n_env_pass;
         int stdin_fd;
@@ -408,15 +409,28 @@ static int use_image(struct run_args *a, struct cage_error *err)
                 a->spec.workdir = cage_image_workdir(a->image);
         if (!a->user_set && (r = cage_image_user(a->image, &a->spec.uid, &a->spec.gid, err)) < 0)
                 return r;
+        /* USER and LOGNAME, then the image's Env, then --env: later ones win. */
+        const char *front[CAGE_ENV_MAX];
         size_t n = 0;
-        while (a->image->env[n])
-                n++;
+        char name[64];
+        cage_image_user_name(a->image, name, sizeof(name));
+        if (name[0]) {
+                snprintf(a->user_env[0], sizeof(a->user_env[0]), "USER=%s", name);
+                snprintf(a->user_env[1], sizeof(a->user_env[1]), "LOGNAME=%s", name);
+                front[n++] = a->user_env[0];
+                front[n++] = a->user_env[1];
+        }
+        for (size_t i = 0; a->image->env[i]; i++) {
+                if (n == CAGE_ENV_MAX)
+                        return cage_fail(err, -EINVAL, "the image has more than %d variables",
+                                         CAGE_ENV_MAX);
+                front[n++] = a->image->env[i];
+        }
         if (a->spec.n_env + n > CAGE_ENV_MAX)
                 return cage_fail(err, -EINVAL, "--env: at most %d variables with the image's",
                                  CAGE_ENV_MAX);
         memmove(&a->spec.env[n], &a->spec.env[0], a->spec.n_env * sizeof(a->spec.env[0]));
-        for (size_t i = 0; i < n; i++)
-                a->spec.env[i] = a->image->env[i];
+        memcpy(&a->spec.env[0], front, n * sizeof(front[0]));
         a->spec.n_env += n;
         a->spec.env[a->spec.n_env] = NULL;
         return 0;

@@ -189,6 +189,10 @@ struct cage_image *cage_image_free(struct cage_image *image);
  * naming the user when the image does not have it. */
 int cage_image_user(const struct cage_image *image, uint32_t *ret_uid, uint32_t *ret_gid,
                     struct cage_error *err);
+/* The name the program runs as, for USER and LOGNAME: "root" when User is
+ * unset, its name part, or the name of its uid in the image's passwd; ""
+ * when none is known. */
+void cage_image_user_name(const struct cage_image *image, char *buf, size_t size);
 /* Its WorkingDir when that is a clean absolute path of a directory the
  * image has; NULL otherwise (a read-only root cannot get one). */
 const char *cage_image_workdir(const struct cage_image *image);

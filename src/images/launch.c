@@ -142,3 +142,41 @@ const char *cage_image_workdir(const struct cage_image *image)
         close(fd);
         return wd;
 }
+
+/* The name of uid in passwd text ("name:x:uid:..."), into buf; false when
+ * no line has that uid. */
+static bool name_of_uid(const char *text, uint32_t uid, char *buf, size_t size)
+{
+        for (const char *line = text; line && *line; line = strchr(line, '\n'), line += !!line) {
+                size_t name_len = strcspn(line, ":\n");
+                const char *p = line[name_len] == ':' ? strchr(line + name_len + 1, ':') : NULL;
+                uint32_t id;
+                char field[24];
+                if (!p)
+                        continue;
+                snprintf(field, sizeof(field), "%.*s", (int)strcspn(p + 1, ":\n"), p + 1);
+                if (parse_id(field, &id) && id == uid && name_len < size) {
+                        snprintf(buf, size, "%.*s", (int)name_len, line);
+                        return true;
+                }
+        }
+        return false;
+}
+
+void cage_image_user_name(const struct cage_image *image, char *buf, size_t size)
+{
+        char user[256];
+        uint32_t uid;
+        snprintf(user, sizeof(user), "%s", image->user);
+        user[strcspn(user, ":")] = '\0';
+        buf[0] = '\0';
+        if (!user[0]) {
+                snprintf(buf, size, "root");
+        } else if (!parse_id(user, &uid)) {
+                snprintf(buf, size, "%s", user);
+        } else {
+                _cleanup_free_ char *text = NULL;
+                if (read_accounts(image, "passwd", &text) == 0)
+                        (void)name_of_uid(text, uid, buf, size);
+        }
+}

@@ -474,7 +474,7 @@ struct svc_spec *svc_spec_free(struct svc_spec *s)
 static const char *const proxy_vars[] = {"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY",
                                          "http_proxy", "https_proxy", "all_proxy"};
 #define NO_PROXY_HOSTS  "localhost,127.0.0.1,::1"
-#define ENV_EXTRA_BYTES 1024 /* the proxy variables and PYTHONPATH */
+#define ENV_EXTRA_BYTES 1024 /* the proxy variables, PYTHONPATH, an image's USER/LOGNAME */
 
 static size_t env_bytes(const struct svc_spec *s, const struct cage_config *cfg)
 {
@@ -511,13 +511,17 @@ static bool add_env(struct cage_spec *out, char **pos, const char *k, const char
  * override what the allowlist passes through, and everything overrides the
  * image's Env. */
 static int fill_env(const struct svc_spec *s, const struct cage_config *cfg,
-                    const struct cage_image *image, struct cage_spec *out, char **env_storage,
-                    struct cage_error *err)
+                    const struct svc_image_launch *launch, struct cage_spec *out,
+                    char **env_storage, struct cage_error *err)
 {
         char *pos = *env_storage = malloc(env_bytes(s, cfg) + 1);
         if (!pos)
                 return cage_fail(err, -ENOMEM, "environment");
+        const struct cage_image *image = launch ? launch->image : NULL;
         bool ok = true;
+        if (image && launch->user_name[0])
+                ok = add_env(out, &pos, "USER", launch->user_name) &&
+                     add_env(out, &pos, "LOGNAME", launch->user_name);
         for (size_t i = 0; image && image->env[i] && ok; i++) {
                 ok = out->n_env < CAGE_ENV_MAX;
                 if (ok)
@@ -605,5 +609,5 @@ int svc_spec_to_cage(const struct svc_spec *s, const struct cage_config *cfg,
         if (s->requirements_dir)
                 out->mounts[out->n_mounts++] = (struct cage_mount){.source = s->requirements_dir,
                                                                    .target = SVC_REQUIREMENTS_DIR};
-        return fill_env(s, cfg, image ? image->image : NULL, out, env_storage, err);
+        return fill_env(s, cfg, image, out, env_storage, err);
 }

@@ -35,6 +35,7 @@ struct cage_config;
 struct svc_image_launch {
         struct cage_image *image; /* leased; NULL for the host image */
         const char *workdir;      /* its WorkingDir when that is a directory of it, or NULL */
+        char user_name[64];       /* USER and LOGNAME, or "" */
         uint32_t uid, gid;        /* the image's User, resolved in its passwd */
 };
 

@@ -128,6 +128,8 @@ int svc_image_acquire(struct cage_service *svc, const char *ref, const char *ten
                 image = cage_image_free(image);
         ret->image = image;
         ret->workdir = image ? cage_image_workdir(image) : NULL;
+        if (image)
+                cage_image_user_name(image, ret->user_name, sizeof(ret->user_name));
         return r;
 }
 

@@ -130,10 +130,11 @@ def test_a_named_sandbox_in_the_image_keeps_its_session_and_files(server):
 
 def test_the_image_config_env_workdir_and_user_apply(server):
     r = run(server, image=BUSYBOX_ENV, env={"OVERRIDE": "request"},
-            command="echo $FROM_IMAGE $OVERRIDE; pwd; id")
-    assert r["stdout"] == "yes request\n/etc\nuid=0 gid=0\n", r
-    r = run(server, image=BUSYBOX_USER, command="id -u; id -g; touch /tmp/x && echo writable")
-    assert r["stdout"] == "4321\n8765\nwritable\n", r
+            command="echo $FROM_IMAGE $OVERRIDE; pwd; id; echo $USER $LOGNAME")
+    assert r["stdout"] == "yes request\n/etc\nuid=0 gid=0\nroot root\n", r
+    r = run(server, image=BUSYBOX_USER,
+            command="id -u; id -g; touch /tmp/x && echo writable; echo $USER $LOGNAME")
+    assert r["stdout"] == "4321\n8765\nwritable\nagent agent\n", r
 
 
 def test_a_warm_pool_per_image(tmp_path, archives):
