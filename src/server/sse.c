@@ -171,6 +171,16 @@ static int on_output(void *ctx, int stream, const void *buf, size_t len)
         return push_slices(s, stream, buf, n) < 0 ? 1 : 0;
 }
 
+/* What a long preparation is doing (pulling the run's image) as a
+ * `status` event. */
+static void on_status(void *ctx, const char *status)
+{
+        struct sse_stream *s = ctx;
+        json_auto_t *doc = json_pack("{s:s}", "message", status);
+        if (doc)
+                (void)push_event(s, "status", doc);
+}
+
 /* ---- host calls (Python runs) --------------------------------------------- */
 
 static void mark_produced(struct sse_stream *s)
@@ -267,8 +277,11 @@ static void push_final(struct sse_stream *s, int r, json_t *result)
 static void *worker_main(void *arg)
 {
         struct sse_stream *s = arg;
-        struct cage_service_io io = {
-                .on_output = on_output, .on_output_ctx = s, .cancel_fd = s->cancel[0]};
+        struct cage_service_io io = {.on_output = on_output,
+                                     .on_output_ctx = s,
+                                     .cancel_fd = s->cancel[0],
+                                     .on_status = on_status,
+                                     .on_status_ctx = s};
         json_auto_t *result = NULL;
         int r;
         if (s->kind == SSE_EXEC)

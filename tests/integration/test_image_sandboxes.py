@@ -323,3 +323,36 @@ def test_requirements_install_with_the_images_pip(world, tmp_path, archives):
     finally:
         s.stop()
         index.close()
+
+
+def test_a_run_pulls_its_image_on_first_use_and_says_so(tmp_path):
+    """An image the server does not have yet is pulled when a run names it
+    (from a registry on 127.0.0.1), audited, and a streamed run reports the
+    pull as `status` events before its output."""
+    import imagelib as il
+    registry = il.Registry(tmp_path)
+    try:
+        layout = tmp_path / "layout"
+        il.oci_layout(layout, [il.busybox_layer()], ref_name="x")
+        registry.push(f"oci:{layout}:x", "lib/bb:1")
+        ref = f"{registry.host}/lib/bb:1"
+        (tmp_path / "srv").mkdir()
+        s = Server(tmp_path / "srv",
+                   extra={"pool_size": 0, "images": {"plain_http": [registry.host]}})
+        try:
+            r = s.request("POST", "/v1/run", {"command": "echo from-the-registry", "image": ref},
+                          headers={"Accept": "text/event-stream"})
+            assert r.status == 200, r.body
+            events = [block.split("\n", 1) for block in r.body.decode().split("\n\n") if
+                      block.startswith("event: ")]
+            names = [e[0][len("event: "):] for e in events]
+            assert names[0] == "status" and names[-1] == "result", names
+            assert "pulling" in json.loads(events[0][1][len("data: "):])["message"]
+            result = json.loads(events[-1][1][len("data: "):])
+            assert result["status"] == "ok" and result["stdout"] == "from-the-registry\n"
+            pulls = [a for a in s.audit_records() if a["event"] == "image.pull"]
+            assert len(pulls) == 1 and pulls[0]["status"] == "ok" and pulls[0]["ref"] == ref
+        finally:
+            s.stop()
+    finally:
+        registry.stop()
