@@ -50,6 +50,7 @@
 #include "core/seccomp.h"
 #include "core/userns.h"
 #include "util/cleanup.h"
+#include "util/clock.h"
 #include "util/fdutil.h"
 
 #define PROBE_TIMEOUT_MS 5000 /* a probe child is killed after this */
@@ -230,13 +231,6 @@ static bool is_fs_type(const char *path, unsigned long magic)
         return statfs(path, &sfs) == 0 && (unsigned long)sfs.f_type == magic;
 }
 
-static int64_t now_ms(void)
-{
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* ---- probes in forked children ---- */
 
 /* A probe's body: runs in the child, writes its report to fd, returns the
@@ -262,7 +256,7 @@ static ssize_t read_until(int fd, void *buf, size_t size, int64_t deadline)
 {
         size_t have = 0;
         while (have < size) {
-                int64_t left = deadline - now_ms();
+                int64_t left = deadline - (int64_t)clock_mono_ms();
                 if (left <= 0)
                         return -ETIMEDOUT;
                 struct pollfd p = {.fd = fd, .events = POLLIN};
@@ -292,7 +286,7 @@ static int reap_until(pid_t pid, int64_t deadline, int *ret_status)
                         return 0;
                 if (r < 0 && errno != EINTR)
                         return -errno;
-                if (now_ms() >= deadline)
+                if ((int64_t)clock_mono_ms() >= deadline)
                         return -ETIMEDOUT;
                 nanosleep(&pause, NULL);
                 if (pause.tv_nsec < 10 * 1000 * 1000)
@@ -325,13 +319,13 @@ static ssize_t probe_run(probe_fn fn, const void *arg, void *buf, size_t size, i
                 _exit(fn(fds[1], arg));
         }
         close(fds[1]);
-        int64_t deadline = now_ms() + PROBE_TIMEOUT_MS;
+        int64_t deadline = (int64_t)clock_mono_ms() + PROBE_TIMEOUT_MS;
         ssize_t n = read_until(fds[0], buf, size, deadline);
         close(fds[0]);
         int r = n < 0 ? (int)n : reap_until(pid, deadline, ret_status);
         if (r < 0) {
                 kill(pid, SIGKILL);
-                (void)reap_until(pid, now_ms() + REAP_TIMEOUT_MS, ret_status);
+                (void)reap_until(pid, (int64_t)clock_mono_ms() + REAP_TIMEOUT_MS, ret_status);
                 return r;
         }
         return n;

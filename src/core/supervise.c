@@ -67,10 +67,8 @@ static void on_report(void *ctx)
         struct child_report rep;
         ssize_t n = read(st->l.report_r, &rep, sizeof(rep));
         if (n <= 0) {
-                if (n == 0 || errno != EINTR) {
-                        close(st->l.report_r);
-                        st->l.report_r = -1;
-                }
+                if (n == 0 || errno != EINTR)
+                        close_fd(&st->l.report_r);
                 return;
         }
         if (n != sizeof(rep))

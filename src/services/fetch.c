@@ -16,6 +16,7 @@
 
 #include "service_private.h"
 #include "util/cleanup.h"
+#include "util/clock.h"
 #include "util/error.h"
 
 #define URL_MAX 8192
@@ -65,13 +66,6 @@ static curl_socket_t on_open(void *ctx, curlsocktype purpose, struct curl_sockad
         return CURL_SOCKET_BAD;
 }
 
-static int64_t mono_ms(void)
-{
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* The scheme, host and port of url; -EINVAL for anything but http(s). */
 static int parse_url(const char *url, char **host, long *port)
 {
@@ -119,7 +113,7 @@ static int fetch_hop(struct fetch *f, const char *url, const char *host, long po
                 curl_easy_cleanup(c);
                 return -ENOMEM;
         }
-        int64_t left = deadline - mono_ms();
+        int64_t left = deadline - (int64_t)clock_mono_ms();
         curl_easy_setopt(c, CURLOPT_URL, url);
         curl_easy_setopt(c, CURLOPT_RESOLVE, pin);
         curl_easy_setopt(c, CURLOPT_NOPROXY, "*");
@@ -159,7 +153,7 @@ int svc_fetch_url(struct cage_service *svc, const char *tenant, json_t *labels, 
 {
         const struct cage_config *cfg = svc->cfg;
         _cleanup_free_ char *current = strdup(url);
-        int64_t deadline = mono_ms() + (int64_t)cfg->fetch.timeout_s * 1000;
+        int64_t deadline = (int64_t)clock_mono_ms() + (int64_t)cfg->fetch.timeout_s * 1000;
         struct fetch f = {.svc = svc, .max = cfg->fetch.max_bytes};
         char reason[640] = "";
         if (!current || strlen(url) > URL_MAX)
@@ -191,7 +185,7 @@ int svc_fetch_url(struct cage_service *svc, const char *tenant, json_t *labels, 
                 f.target = &t;
                 f.len = 0;
                 char *location = NULL;
-                int64_t start = mono_ms();
+                int64_t start = (int64_t)clock_mono_ms();
                 r = fetch_hop(&f, current, host, port, deadline, &status, &location, reason,
                               sizeof(reason));
                 curl_free(host);
@@ -201,7 +195,8 @@ int svc_fetch_url(struct cage_service *svc, const char *tenant, json_t *labels, 
                         json_string(egress_addr_format(&t.addrs[0], addr, sizeof(addr))));
                 json_object_set_new(fields, "bytes_received", json_integer((json_int_t)f.len));
                 json_object_set_new(fields, "status", json_integer(status));
-                json_object_set_new(fields, "duration_ms", json_integer(mono_ms() - start));
+                json_object_set_new(fields, "duration_ms",
+                                    json_integer((int64_t)clock_mono_ms() - start));
                 if (r < 0)
                         json_object_set_new(fields, "error", json_string(reason));
                 audit_fetch(svc, tenant, labels, CAGE_AUDIT_NETWORK_ALLOW, fields);

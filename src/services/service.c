@@ -26,6 +26,7 @@
 #include "core/spec.h"
 #include "service_private.h"
 #include "util/cleanup.h"
+#include "util/clock.h"
 #include "util/debug_pause.h"
 #include "util/error.h"
 
@@ -33,13 +34,6 @@
 #define STORE_FILE          "sandboxes.db"
 #define LIST_MAX            4096 /* sandboxes one list shows */
 #define STALE_SWEEP_WAIT_MS 2000 /* for a dead server's sandboxes to empty */
-
-int64_t svc_now_ms(void)
-{
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 int cage_service_http_status(int r)
 {
@@ -793,7 +787,7 @@ static size_t snapshot(struct cage_service *svc, const char *tenant, struct sb *
 static void stop_idle(struct cage_service *svc)
 {
         static struct sb *found[LIST_MAX]; /* the reaper thread's alone */
-        int64_t now = svc_now_ms();
+        int64_t now = clock_wall_ms();
         size_t n = snapshot(svc, NULL, found);
         for (size_t i = 0; i < n; i++) {
                 struct sb *sb = found[i];

@@ -27,6 +27,7 @@
 #include "services/tenancy.h"
 #include "util/base64.h"
 #include "util/cleanup.h"
+#include "util/clock.h"
 #include "util/error.h"
 
 #define ARGV_MAX          4096
@@ -266,7 +267,7 @@ int svc_enter(struct sb *sb, bool *restarted, struct cage_box **box, int *ws_fd,
                 r = *ws_fd;
         if (r == 0) {
                 sb->active++;
-                sb->last_used_ms = svc_now_ms();
+                sb->last_used_ms = clock_wall_ms();
                 *box = sb->box;
         }
         pthread_mutex_unlock(&sb->lock);
@@ -277,7 +278,7 @@ void svc_leave(struct sb *sb, const struct cage_result *res)
 {
         pthread_mutex_lock(&sb->lock);
         sb->active--;
-        sb->last_used_ms = svc_now_ms();
+        sb->last_used_ms = clock_wall_ms();
         if (res) {
                 log_ring_append(&sb->logs, res->out.data ? res->out.data : "", res->out.len);
                 log_ring_end_block(&sb->logs);
@@ -604,7 +605,7 @@ void svc_expire_runs(struct cage_service *svc)
         DIR *d = opendir(svc->runs_base);
         if (!d)
                 return;
-        int64_t cutoff = svc_now_ms() / 1000 - (int64_t)svc->cfg->retention_s;
+        int64_t cutoff = clock_wall_ms() / 1000 - (int64_t)svc->cfg->retention_s;
         struct dirent *de;
         while ((de = readdir(d))) {
                 struct stat st;

@@ -72,7 +72,6 @@ struct cage_service {
         pthread_cond_t reaper_cond;
 };
 
-int64_t svc_now_ms(void);
 /* The sandbox's labels (borrowed). */
 json_t *svc_labels(const struct sb *sb);
 
