@@ -23,6 +23,12 @@ enum {
         EXIT_NOT_FOUND = 127,
 };
 
+/* fds 0-2 must exist so no pipe or file we open lands on them. */
+void cli_ensure_std_fds(void);
+/* The lean binary: exec codecage-full (next to it) with argv; returns only
+ * after printing why it could not (then EXIT_CODECAGE_FAILED). */
+int cli_exec_full(char **argv);
+
 int cmd_run(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
 int cmd_sandbox(int argc, char **argv);

@@ -14,7 +14,7 @@
 #include "cli.h"
 #include "core/output.h"
 #include "core/spec.h"
-#include "images/images.h"
+#include "run.h"
 #include "util/cleanup.h"
 #include "util/error.h"
 #include "util/fdutil.h"
@@ -109,19 +109,6 @@ static void usage(FILE *f)
                 EXIT_TIMEOUT, EXIT_OOM, EXIT_OUTPUT_LIMIT, EXIT_CANCELLED, EXIT_CODECAGE_FAILED,
                 EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND);
 }
-
-struct run_args {
-        struct cage_spec spec;
-        bool json;
-        bool output_max_set, output_stop_set, workdir_set, user_set;
-        const char *config;
-        struct cli_image_store images;
-        struct cage_image *image; /* --image REF, leased while it runs */
-        char user_env[2][96];     /* its USER= and LOGNAME= */
-        char *env_pass_storage[CAGE_ENV_MAX];
-        size_t n_env_pass;
-        int stdin_fd;
-};
 
 static int add_env(struct run_args *a, const char *kv, struct cage_error *err)
 {
@@ -387,64 +374,15 @@ static int run_json(struct run_args *a, struct cage_result *res, struct cage_err
         return 0;
 }
 
-/* --image REF: the image from the store (pulled when missing and the
- * config's pull_policy allows) as the root, its Env under --env, its
- * WorkingDir and User unless --workdir / --user say otherwise. */
-static int use_image(struct run_args *a, struct cage_error *err)
-{
-        const char *ref = a->spec.image;
-        if (strcmp(ref, "host") == 0 || ref[0] == '/')
-                return 0;
-        int r = cli_image_store_open(a->config, &a->images, err);
-        if (r < 0)
-                return r;
-        struct cage_image_op op = {
-                .progress = cli_image_progress, .userdata = &a->images, .cancel_fd = -1};
-        r = cage_image_ensure(a->images.store, ref, &op, &a->image, err);
-        cli_image_progress_end(&a->images);
-        if (r < 0)
-                return r;
-        a->spec.image = a->image->rootfs;
-        if (!a->workdir_set && cage_image_workdir(a->image))
-                a->spec.workdir = cage_image_workdir(a->image);
-        if (!a->user_set && (r = cage_image_user(a->image, &a->spec.uid, &a->spec.gid, err)) < 0)
-                return r;
-        /* USER and LOGNAME, then the image's Env, then --env: later ones win. */
-        const char *front[CAGE_ENV_MAX];
-        size_t n = 0;
-        char name[64];
-        cage_image_user_name(a->image, name, sizeof(name));
-        if (name[0]) {
-                snprintf(a->user_env[0], sizeof(a->user_env[0]), "USER=%s", name);
-                snprintf(a->user_env[1], sizeof(a->user_env[1]), "LOGNAME=%s", name);
-                front[n++] = a->user_env[0];
-                front[n++] = a->user_env[1];
-        }
-        for (size_t i = 0; a->image->env[i]; i++) {
-                if (n == CAGE_ENV_MAX)
-                        return cage_fail(err, -EINVAL, "the image has more than %d variables",
-                                         CAGE_ENV_MAX);
-                front[n++] = a->image->env[i];
-        }
-        if (a->spec.n_env + n > CAGE_ENV_MAX)
-                return cage_fail(err, -EINVAL, "--env: at most %d variables with the image's",
-                                 CAGE_ENV_MAX);
-        memmove(&a->spec.env[n], &a->spec.env[0], a->spec.n_env * sizeof(a->spec.env[0]));
-        memcpy(&a->spec.env[0], front, n * sizeof(front[0]));
-        a->spec.n_env += n;
-        a->spec.env[a->spec.n_env] = NULL;
-        return 0;
-}
-
 int cmd_run(int argc, char **argv)
 {
-        struct run_args a = {.stdin_fd = -1};
+        struct run_args a = {.stdin_fd = -1, .argv = argv};
         struct cage_error err = {0};
         struct cage_result res = {0};
         cage_spec_init(&a.spec);
         int r = parse_args(&a, argc, argv, &err);
         if (r == 0)
-                r = use_image(&a, &err);
+                r = run_use_image(&a, &err);
         if (r == 0)
                 r = a.json ? run_json(&a, &res, &err) : run_plain(&a, &res, &err);
         int code = r < 0 ? EXIT_CODECAGE_FAILED : a.json ? 0 : exit_code_for(&res);
@@ -455,7 +393,6 @@ int cmd_run(int argc, char **argv)
                 free(a.env_pass_storage[i]);
         if (a.stdin_fd >= 0)
                 close(a.stdin_fd);
-        cage_image_free(a.image);
-        cli_image_store_close(&a.images);
+        run_image_free(a.image);
         return code;
 }

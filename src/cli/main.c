@@ -1,6 +1,7 @@
-/* codecage: run untrusted code in Linux sandboxes. This file only sets up
- * the process (standard fds, SIGPIPE) and dispatches to a subcommand. */
-#include <fcntl.h>
+/* codecage-full: every command of codecage. This file only sets up the
+ * process (standard fds, SIGPIPE) and dispatches to a subcommand. The lean
+ * `codecage` binary (front.c) runs `run` itself and execs this one for the
+ * rest. */
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -30,17 +31,9 @@ static void usage(FILE *f)
         fprintf(f, "\n`codecage COMMAND --help` describes each command.\n");
 }
 
-/* fds 0-2 must exist so no pipe or file we open lands on them. */
-static void ensure_std_fds(void)
-{
-        for (int fd = 0; fd < 3; fd++)
-                if (fcntl(fd, F_GETFD) < 0)
-                        open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
-}
-
 int main(int argc, char **argv)
 {
-        ensure_std_fds();
+        cli_ensure_std_fds();
         signal(SIGPIPE, SIG_IGN);
         if (argc < 2) {
                 usage(stderr);

@@ -1,6 +1,7 @@
 /* Parsing of CLI option values into spec fields, with errors that name the
  * option and the allowed range. No value is trusted until parsed whole. */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <signal.h>
 #include <math.h>
@@ -119,4 +120,11 @@ int cli_getopt(int argc, char **argv, const struct option *opts,
                 }
         }
         return 0;
+}
+
+void cli_ensure_std_fds(void)
+{
+        for (int fd = 0; fd < 3; fd++)
+                if (fcntl(fd, F_GETFD) < 0)
+                        open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
 }

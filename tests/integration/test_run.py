@@ -406,3 +406,29 @@ def test_killing_codecage_kills_the_sandbox(cage):
     assert stale, "expected the killed run to leave its cgroup behind"
     cage.run(["/bin/true"])
     assert _groups_of(proc.pid) == []
+
+
+# ---- the two binaries ----
+
+def test_lean_binary_runs_alone_and_names_what_it_lacks(cage, tmp_path):
+    """`codecage` runs sandboxes with nothing next to it; every other command
+    needs codecage-full beside it, and says so when it is missing."""
+    tmp_path.chmod(0o755)
+    lean = tmp_path / "codecage"
+    shutil.copy2(cage.binary, lean)
+    p = subprocess.run([str(lean), "run", "--", "/bin/echo", "alone"], capture_output=True,
+                       timeout=30)
+    assert (p.returncode, p.stdout) == (0, b"alone\n"), p.stderr
+    assert subprocess.run([str(lean), "--version"], capture_output=True).stdout.startswith(
+        b"codecage ")
+    for args in (["serve", "--help"], ["image", "ls"], ["run", "--image", "busybox:1", "--",
+                                                       "/bin/true"]):
+        p = subprocess.run([str(lean), *args], capture_output=True, timeout=30)
+        assert p.returncode == 125, (args, p.stderr)
+        assert b"codecage-full" in p.stderr, (args, p.stderr)
+
+
+def test_lean_binary_hands_other_commands_to_the_full_one(cage):
+    p = subprocess.run([str(cage.binary), "serve", "--help"], capture_output=True, timeout=30)
+    assert p.returncode == 0 and b"serve" in p.stdout, p.stderr
+
