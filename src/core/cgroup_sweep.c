@@ -160,10 +160,8 @@ static size_t open_parents(const struct cgroup_host *host, int *fds, size_t max)
         return n;
 }
 
-void cage_cgroup_sweep_stale(const struct cgroup_host *host, unsigned wait_ms)
+static void sweep(int *fds, size_t n, unsigned wait_ms)
 {
-        int fds[ELEMENTSOF(v1_hierarchies)];
-        size_t n = open_parents(host, fds, ELEMENTSOF(fds));
         for (size_t i = 0; i < n; i++)
                 for_each_subgroup(fds[i], 0, release_stale);
         uint64_t deadline = clock_mono_ms() + wait_ms;
@@ -177,6 +175,19 @@ void cage_cgroup_sweep_stale(const struct cgroup_host *host, unsigned wait_ms)
                         break;
                 nanosleep(&(struct timespec){.tv_nsec = RETRY_SLEEP_NS}, NULL);
         }
+}
+
+/* Every cold `codecage run` sweeps: one listing per hierarchy when there is
+ * nothing to do, the full passes only when something is stale. */
+void cage_cgroup_sweep_stale(const struct cgroup_host *host, unsigned wait_ms)
+{
+        int fds[ELEMENTSOF(v1_hierarchies)];
+        size_t n = open_parents(host, fds, ELEMENTSOF(fds));
+        bool any = false;
+        for (size_t i = 0; i < n && !any; i++)
+                any = any_stale_left(fds[i]);
+        if (any)
+                sweep(fds, n, wait_ms);
         for (size_t i = 0; i < n; i++)
                 close(fds[i]);
 }
