@@ -811,6 +811,11 @@ int cage_cgroup_attach(struct cage_cgroup *cg, pid_t pid, struct cage_error *err
         return 0;
 }
 
+int cage_cgroup_clone_fd(const struct cage_cgroup *cg)
+{
+        return cg && cg->backend == CGROUP_BACKEND_V2 ? cg->fd[HIER_UNIFIED] : -1;
+}
+
 /* ---- accounting ---- */
 
 static int keep_first(int first, int r)

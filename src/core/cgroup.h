@@ -67,6 +67,10 @@ int cage_cgroup_set_cpu_weight(struct cage_cgroup *cg, unsigned weight);
 const char *cage_cgroup_name(const struct cage_cgroup *cg);
 /* Moves pid into the group (every hierarchy for v1). */
 int cage_cgroup_attach(struct cage_cgroup *cg, pid_t pid, struct cage_error *err);
+/* v2: the group's directory fd for clone3(CLONE_INTO_CGROUP), which starts
+ * a child inside the group instead of moving it there; -1 otherwise (v1
+ * has no such clone, NULL has no group). */
+int cage_cgroup_clone_fd(const struct cage_cgroup *cg);
 /* Reads usage counters; fields a backend cannot tell are left 0. */
 int cage_cgroup_stats(struct cage_cgroup *cg, struct cgroup_stats *ret);
 /* Kills every process in the group and waits (bounded) until it is empty:

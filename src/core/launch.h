@@ -63,6 +63,7 @@ struct launch_plan {
         bool box;                           /* long-lived sandbox: pid 1 is codecage-init */
         int box_init_fd;                    /* box: the sealed codecage-init memfd */
         int box_ctl_fd;                     /* box: init's end of the control socket */
+        int clone_cgroup_fd;                /* v2: the group the child is born in, or -1 */
 };
 
 /* Bytes the supervisor sends on sync_fd, in this order. */

@@ -147,7 +147,8 @@ void launcher_init(struct launcher *l, const struct cage_spec *spec)
                                         .report_fd = -1,
                                         .sync_fd = -1,
                                         .box_init_fd = -1,
-                                        .box_ctl_fd = -1}};
+                                        .box_ctl_fd = -1,
+                                        .clone_cgroup_fd = -1}};
         for (size_t i = 0; i < CAGE_MOUNTS_MAX; i++)
                 l->plan.mount_fds[i] = -1;
 }
@@ -213,10 +214,32 @@ static void close_child_ends(struct launcher *l)
                 close_fd(&l->plan.mount_fds[i]);
 }
 
+static pid_t clone_child(struct launcher *l, bool on_thread)
+{
+        return on_thread ? clone_on_thread(&l->plan, &l->pidfd)
+                         : sandbox_clone(&l->plan, &l->pidfd);
+}
+
+/* On cgroup v2 the group is made first and the child born in it: moving a
+ * process into a group takes the kernel's global threadgroup lock for
+ * writing, which (without the favordynmods mount option) waits for an RCU
+ * grace period, milliseconds on every launch. v1 has no such clone: there
+ * the group is made while the child builds its filesystem, and joined. */
 int launcher_clone(struct launcher *l, bool on_thread, struct cage_error *err)
 {
-        pid_t pid = on_thread ? clone_on_thread(&l->plan, &l->pidfd)
-                              : sandbox_clone(&l->plan, &l->pidfd);
+        int r;
+        if (l->cg_host.backend == CGROUP_BACKEND_V2 && (r = create_cgroup(l, err)) < 0) {
+                close_child_ends(l);
+                return r;
+        }
+        l->plan.clone_cgroup_fd = cage_cgroup_clone_fd(l->cg);
+        pid_t pid = clone_child(l, on_thread);
+        if (pid < 0 && l->plan.clone_cgroup_fd >= 0) {
+                l->plan.clone_cgroup_fd = -1; /* a kernel without it: join afterwards */
+                pid = clone_child(l, on_thread);
+        }
+        l->born_in_cgroup = pid > 0 && l->plan.clone_cgroup_fd >= 0;
+        l->plan.clone_cgroup_fd = -1;
         close_child_ends(l);
         if (pid < 0)
                 return cage_fail(err, (int)pid, "clone into new namespaces");
@@ -240,9 +263,9 @@ int launcher_enter_cgroup(struct launcher *l, struct cage_error *err)
         int r = cage_userns_write_maps(l->pid, &l->slot, l->spec->uid, l->spec->gid, err);
         if (r == 0)
                 r = send_sync(l, SYNC_MAPS_WRITTEN, err);
-        if (r == 0)
+        if (r == 0 && !l->cg)
                 r = create_cgroup(l, err);
-        if (r == 0 && l->cg)
+        if (r == 0 && l->cg && !l->born_in_cgroup)
                 r = cage_cgroup_attach(l->cg, l->pid, err);
         if (r == 0)
                 r = send_sync(l, SYNC_IN_CGROUP, err);

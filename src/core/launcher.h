@@ -27,6 +27,7 @@ struct launcher {
         int report_r;        /* the child's launch reports; EOF once it exec'd */
         int sync_w;          /* our wake-up bytes to the child */
         bool stdin_borrowed; /* plan.stdin_fd is the caller's: never closed here */
+        bool born_in_cgroup; /* cloned into l->cg (v2): no move */
         bool reaped;
 };
 

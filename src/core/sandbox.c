@@ -202,6 +202,10 @@ pid_t sandbox_clone(const struct launch_plan *plan, int *ret_pidfd)
                 .pidfd = (uint64_t)(uintptr_t)&pidfd,
                 .exit_signal = SIGCHLD,
         };
+        if (plan->clone_cgroup_fd >= 0) {
+                args.flags |= CLONE_INTO_CGROUP;
+                args.cgroup = (uint64_t)plan->clone_cgroup_fd;
+        }
         long pid = syscall(SYS_clone3, &args, sizeof(args));
         if (pid < 0)
                 return -errno;

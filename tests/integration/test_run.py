@@ -432,3 +432,42 @@ def test_lean_binary_hands_other_commands_to_the_full_one(cage):
     p = subprocess.run([str(cage.binary), "serve", "--help"], capture_output=True, timeout=30)
     assert p.returncode == 0 and b"serve" in p.stdout, p.stderr
 
+
+# ---- cgroup v2 ----
+
+def _v2_mount():
+    for path in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified"):
+        if os.path.exists(os.path.join(path, "cgroup.controllers")):
+            return path
+    return None
+
+
+def test_v2_run_lives_in_its_own_group(cage):
+    """On cgroup v2 the sandbox is cloned straight into its group
+    (CLONE_INTO_CGROUP): from the host, the program's group is the run's."""
+    if _v2_mount() is None:
+        pytest.skip("no cgroup v2 mount on this host")
+    marker = f"codecage-v2-{os.getpid()}-{time.monotonic_ns()}"
+    env = {**os.environ, "CODECAGE_CGROUP": "v2"}
+    proc = subprocess.Popen([str(cage.binary), "run", "--json", "--", "/bin/sh", "-c",
+                             f"exec /usr/bin/python3 -c 'import time; time.sleep(60)' {marker}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        def programs():
+            return [p for p in _pids_with_marker(marker)
+                    if Path(f"/proc/{p}/cmdline").read_bytes().startswith(b"/usr/bin/python3")]
+        deadline = time.monotonic() + 20
+        while not programs() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        pids = programs()
+        assert pids, "the program never started"
+        lines = Path(f"/proc/{pids[0]}/cgroup").read_text().splitlines()
+        unified = [l for l in lines if l.startswith("0::")]
+        assert unified and f"/codecage/run-{proc.pid}-" in unified[0], lines
+    finally:
+        proc.kill()
+        proc.wait()
+    # The next start sweeps the killed supervisor's group away.
+    assert cage.run(["/bin/true"], env=env)["limits_backend"] == "v2"
+    left = [d for d in Path(_v2_mount()).rglob(f"run-{proc.pid}-*") if d.is_dir()]
+    assert left == []
