@@ -987,6 +987,93 @@ static void check_cgroup_delegation(const struct host *h, struct check *c)
         }
 }
 
+/* ---- moving processes between cgroups ---- */
+
+#define MOVE_SAMPLES    3
+#define MOVE_SLOW_MS    2.0
+#define MOVE_QUIET_NS   50000000L /* between samples: the kernel's lock goes idle again */
+#define MOVE_GROUP_NAME CGROUP_RUN_PREFIX "%d-999999" /* swept like a run's if we die */
+
+/* Milliseconds one write to cgroup.procs takes, moving a sleeping child
+ * into a scratch group; negative when it cannot be measured. */
+static double time_one_move(const struct cgroup_host *host)
+{
+        char name[64];
+        struct cage_cgroup *cg = NULL;
+        struct cage_error err = {0};
+        int p[2];
+        snprintf(name, sizeof(name), MOVE_GROUP_NAME, (int)getpid());
+        if (cage_cgroup_create(host, name, NULL, &cg, &err) < 0)
+                return -1;
+        double ms = -1;
+        if (pipe2(p, O_CLOEXEC) == 0) {
+                pid_t pid = fork();
+                if (pid == 0) {
+                        char b;
+                        close(p[1]);
+                        _exit(read(p[0], &b, 1) < 0);
+                }
+                close(p[0]);
+                uint64_t t0 = clock_mono_ns();
+                if (pid > 0 && cage_cgroup_attach(cg, pid, &err) == 0)
+                        ms = (double)(clock_mono_ns() - t0) / 1e6;
+                close(p[1]);
+                if (pid > 0)
+                        waitpid(pid, NULL, 0);
+        }
+        cage_cgroup_destroy(cg);
+        return ms;
+}
+
+static double median_move_ms(const struct cgroup_host *host)
+{
+        double ms[MOVE_SAMPLES];
+        for (int i = 0; i < MOVE_SAMPLES; i++) {
+                nanosleep(&(struct timespec){.tv_nsec = MOVE_QUIET_NS}, NULL);
+                if ((ms[i] = time_one_move(host)) < 0)
+                        return -1;
+        }
+        for (int i = 1; i < MOVE_SAMPLES; i++) /* three values: insertion sort */
+                for (int j = i; j > 0 && ms[j] < ms[j - 1]; j--) {
+                        double t = ms[j];
+                        ms[j] = ms[j - 1];
+                        ms[j - 1] = t;
+                }
+        return ms[MOVE_SAMPLES / 2];
+}
+
+/* Moving a process into a cgroup takes the kernel's global threadgroup lock
+ * for writing, which waits for an RCU grace period unless a cgroup2 mount
+ * has favordynmods: on cgroup v1 every launch moves its sandbox (v2 clones
+ * it straight into its group), and every exec in a named sandbox moves. */
+static void check_cgroup_moves(const struct host *h, struct check *c)
+{
+        if (h->cg.r < 0 || h->cg.host.backend == CGROUP_BACKEND_NONE) {
+                found(c, VERDICT_OK, "no cgroup backend: nothing moves");
+                return;
+        }
+        double ms = median_move_ms(&h->cg.host);
+        if (ms < 0) {
+                found(c, VERDICT_WARN, "could not time a move into a scratch group");
+                return;
+        }
+        const char *who = h->cg.host.backend == CGROUP_BACKEND_V1
+                                  ? "every sandbox start and every exec in a named sandbox"
+                                  : "every exec in a named sandbox";
+        if (ms < MOVE_SLOW_MS) {
+                found(c, VERDICT_OK, "a move into a cgroup takes %.2f ms", ms);
+                return;
+        }
+        found(c, VERDICT_WARN,
+              "a move into a cgroup takes %.2f ms (the kernel waits for an RCU grace period): "
+              "%s pays it",
+              ms, who);
+        fix(c,
+            "%smount -o remount,favordynmods %s (Linux 6.0+, host-wide: moves stop waiting, "
+            "forks and exits cost a little more)",
+            h->sudo, h->v2_mount ? h->v2_mount : "<a cgroup2 mount>");
+}
+
 /* ---- filesystems ---- */
 
 static bool has_filesystem(const char *name)
@@ -1269,6 +1356,7 @@ static const struct doctor_check {
         {"cgroup", check_cgroup, "which cgroup backend runs use (v2, v1 or none)"},
         {"cgroup-controllers", check_cgroup_controllers, "memory, pids, cpu, cpuacct, freezer"},
         {"cgroup-delegation", check_cgroup_delegation, "a writable v2 parent group"},
+        {"cgroup-moves", check_cgroup_moves, "how long moving a process into a cgroup takes"},
         {"overlayfs", check_overlayfs, "overlay filesystem available"},
         {"tmpfs", check_tmpfs, "tmpfs available"},
         {"pid-limits", check_pid_limits, "kernel.pid_max, kernel.threads-max, ulimit -u"},

@@ -3,8 +3,10 @@ anything not ok, the --json document, the cgroup backend this host really
 has, the rlimit fallback warning, exit codes and usage errors."""
 import json
 import os
+import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +18,7 @@ CHECKS = [
     "cgroup",
     "cgroup-controllers",
     "cgroup-delegation",
+    "cgroup-moves",
     "overlayfs",
     "tmpfs",
     "pid-limits",
@@ -71,7 +74,7 @@ def test_doctor_passes_on_this_host(cage):
     found = lines_by_name(p.stdout)
     assert list(found) == CHECKS, p.stdout
     assert not any(v == "FAIL" for v, _ in found.values()), p.stdout
-    assert "13 checks:" in p.stdout and "0 FAIL" in p.stdout
+    assert "14 checks:" in p.stdout and "0 FAIL" in p.stdout
 
 
 def test_cgroup_backend_is_the_one_this_host_has(cage):
@@ -105,6 +108,22 @@ def test_namespace_and_seccomp_probes_really_ran(cage):
         assert "idmapped mount" in line, line
     verdict, line = found["seccomp"]
     assert verdict == "ok" and "instruction filter installs and is in force" in line, line
+
+
+def test_cgroup_moves_are_timed_and_leave_nothing(cage):
+    """A move into a scratch group is timed; past 2 ms the check warns with
+    the mount option that removes the wait."""
+    p, doc = doctor_json(cage)
+    c = {c["name"]: c for c in doc["checks"]}["cgroup-moves"]
+    if c["detail"].startswith("no cgroup backend"):
+        return
+    m = re.search(r"takes (\d+\.\d+) ms", c["detail"])
+    assert m, c
+    assert (c["status"] == "warn") == (float(m.group(1)) >= 2.0), c
+    if c["status"] == "warn":
+        assert "favordynmods" in c["fix"], c
+    left = [d for d in Path("/sys/fs/cgroup").rglob("run-*-999999")]
+    assert left == [], left
 
 
 # ---- --json ----
