@@ -467,7 +467,10 @@ def test_v2_run_lives_in_its_own_group(cage):
     finally:
         proc.kill()
         proc.wait()
-    # The next start sweeps the killed supervisor's group away.
+    deadline = time.monotonic() + 10
+    while _pids_with_marker(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    # The next start sweeps the killed supervisor's (now empty) group away.
     assert cage.run(["/bin/true"], env=env)["limits_backend"] == "v2"
     left = [d for d in Path(_v2_mount()).rglob(f"run-{proc.pid}-*") if d.is_dir()]
     assert left == []
