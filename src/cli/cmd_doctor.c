@@ -647,7 +647,7 @@ static void check_namespaces(const struct host *h, struct check *c)
 
 static int seccomp_probe(int fd, const void *arg)
 {
-        const struct sock_fprog *prog = arg;
+        const struct cage_seccomp_filters *prog = arg;
         if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
                 report_step(fd, "set no_new_privs", errno);
                 return 1;
@@ -666,7 +666,7 @@ static int seccomp_probe(int fd, const void *arg)
         return 0;
 }
 
-static void check_seccomp_probe(const struct sock_fprog *prog, struct check *c)
+static void check_seccomp_probe(const struct cage_seccomp_filters *prog, struct check *c)
 {
         struct step_report rep = {0};
         int status = 0;
@@ -678,8 +678,10 @@ static void check_seccomp_probe(const struct sock_fprog *prog, struct check *c)
                 probe_died(c, "the seccomp probe", n, status);
                 fix(c, "rebuild codecage (ninja -C build) and rerun; %s", CONTAINER_FIX);
         } else {
-                found(c, VERDICT_OK, "our %u-instruction filter installs and is in force",
-                      (unsigned)prog->len);
+                found(c, VERDICT_OK,
+                      "our two filters (%u + %u instructions: the syscall allow list, the "
+                      "argument checks) install and are in force",
+                      (unsigned)prog->syscalls.len, (unsigned)prog->arguments.len);
         }
 }
 
@@ -703,10 +705,11 @@ static void check_seccomp(const struct host *h, struct check *c)
                 }
         if (c->verdict == VERDICT_OK)
                 found(c, VERDICT_OK, "actions kill_process and errno available");
-        const struct sock_fprog *prog = NULL;
+        const struct cage_seccomp_filters *prog = NULL;
         struct cage_error err = {0};
-        if (cage_seccomp_program(&prog, &err) < 0 || !prog || prog->len == 0 ||
-            prog->len > BPF_MAXINSNS) {
+        if (cage_seccomp_program(&prog, &err) < 0 || !prog || prog->syscalls.len == 0 ||
+            prog->syscalls.len > BPF_MAXINSNS || prog->arguments.len == 0 ||
+            prog->arguments.len > BPF_MAXINSNS) {
                 found(c, VERDICT_FAIL, "building the filter failed: %s",
                       err.message[0] ? err.message : "empty or oversized program");
                 fix(c, "rebuild codecage (ninja -C build); the filter is generated at build time "

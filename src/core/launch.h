@@ -13,6 +13,8 @@
 
 #include "codecage/codecage.h"
 
+struct cage_seccomp_filters;
+
 #define STAGING_ROOT     "/tmp" /* where the new root is assembled, in the child's mount ns */
 #define ROOT_ENTRIES_MAX 64
 
@@ -53,7 +55,7 @@ struct launch_plan {
         char *strings; /* owns argv, workdir and (unless borrowed) envp strings */
         uintptr_t arg_start, arg_end;
         const char *path_env; /* PATH value used to find argv[0] */
-        const struct sock_fprog *seccomp;
+        const struct cage_seccomp_filters *seccomp;
         int stdin_fd, stdout_fd, stderr_fd; /* child ends */
         int report_fd;                      /* child -> supervisor, close-on-exec */
         int sync_fd;                        /* supervisor -> child: maps written */

@@ -1,6 +1,6 @@
-/* The sandbox's seccomp filter: a BPF program generated at build time from
- * the policy in seccomp_policy.c, installed by the sandboxed child with a
- * single seccomp(2) call. */
+/* The sandbox's seccomp filters: two BPF programs generated at build time
+ * from the policy in seccomp_policy.c, installed by the sandboxed child
+ * with two seccomp(2) calls. */
 #ifndef CODECAGE_CORE_SECCOMP_H
 #define CODECAGE_CORE_SECCOMP_H
 
@@ -8,9 +8,14 @@
 
 #include "codecage/codecage.h"
 
-/* Returns the shared, immutable filter program. */
-int cage_seccomp_program(const struct sock_fprog **ret, struct cage_error *err);
-/* Installs prog on the calling thread; no_new_privs must already be set. */
-int cage_seccomp_install(const struct sock_fprog *prog);
+struct cage_seccomp_filters {
+        struct sock_fprog syscalls;  /* the allow list: unknown calls get ENOSYS */
+        struct sock_fprog arguments; /* dangerous modes of allowed calls: EPERM */
+};
+
+/* Returns the shared, immutable programs. */
+int cage_seccomp_program(const struct cage_seccomp_filters **ret, struct cage_error *err);
+/* Installs both on the calling thread; no_new_privs must already be set. */
+int cage_seccomp_install(const struct cage_seccomp_filters *filters);
 
 #endif
