@@ -72,7 +72,7 @@ static const struct run_option {
         {"output-max", OPT_OUTPUT_MAX, "BYTES",
          "bytes kept per stream, head and tail (default: all; 65536 with --json)"},
         {"output-stop", OPT_OUTPUT_STOP, "BYTES",
-         "stop the run after this much output (default: never; 64 MiB with --json)"},
+         "stop the run after this much output of both streams (default 64 MiB; 0: never)"},
         {"nofile", OPT_NOFILE, "N", "open files per process (16..1048576, default 1024)"},
         {"workdir", OPT_WORKDIR, "DIR", "working directory inside (default /workspace)"},
         {"user", OPT_USER, "UID[:GID]",
@@ -91,6 +91,11 @@ static const struct run_option {
 };
 
 #define N_RUN_OPTIONS (sizeof(run_options) / sizeof(run_options[0]))
+
+/* A program that floods its output is stopped there, terminal or not (an
+ * endless stream fills the caller's disk or scrollback); --output-stop 0
+ * lifts it. */
+#define DEFAULT_OUTPUT_STOP (64 * MIB)
 
 static void usage(FILE *f)
 {
@@ -185,7 +190,7 @@ static int apply_limit_option(struct run_args *a, int id, char *v, struct cage_e
                                        &s->output_max_bytes, err);
         case OPT_OUTPUT_STOP:
                 a->output_stop_set = true;
-                return parse_u64_range("--output-stop", v, 1, UINT64_MAX / 2, &s->output_stop_bytes,
+                return parse_u64_range("--output-stop", v, 0, UINT64_MAX / 2, &s->output_stop_bytes,
                                        err);
         case OPT_NOFILE:
                 r = parse_u64_range("--nofile", v, SPEC_NOFILE_MIN, SPEC_NOFILE_MAX, &n, err);
@@ -284,7 +289,7 @@ static int parse_args(struct run_args *a, int argc, char **argv, struct cage_err
         if (!a->output_max_set)
                 a->spec.output_max_bytes = a->json ? 65536 : UINT64_MAX;
         if (!a->output_stop_set)
-                a->spec.output_stop_bytes = a->json ? 64 * MIB : 0;
+                a->spec.output_stop_bytes = DEFAULT_OUTPUT_STOP;
         return 0;
 }
 

@@ -43,6 +43,19 @@ def test_plain_mode_timeout_code_and_reason(cage):
     assert b"timeout" in p.stderr
 
 
+def test_plain_mode_stops_a_flood_by_default(cage):
+    p = cage.plain(["/usr/bin/yes"], timeout=60)
+    assert p.returncode == 121, p.stderr[-300:]
+    assert b"output_limit" in p.stderr
+    assert 64 << 20 <= len(p.stdout) < (64 << 20) + (4 << 20)
+
+
+def test_plain_mode_output_stop_0_lifts_the_cap(cage):
+    p = cage.plain(["/bin/sh", "-c", "head -c 70M /dev/zero"], "--output-stop", "0", timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert len(p.stdout) == 70 << 20
+
+
 def test_plain_mode_not_found_is_127(cage):
     p = cage.plain(["no-such-program-xyz"])
     assert p.returncode == 127
