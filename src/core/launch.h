@@ -44,7 +44,7 @@ struct launch_plan {
         const char *proc_masked[24]; /* /proc files the sandbox user could open */
         size_t n_proc_masked;
         bool scratch_workspace; /* /workspace on the scratch tmpfs (no user mount) */
-        char scratch_opts[64];  /* tmpfs options with size= for the scratch tmpfs */
+        char scratch_opts[96];  /* tmpfs options (size=, nr_inodes=) of the scratch tmpfs */
         char *const *envp;
         bool envp_borrowed; /* envp is not ours to free */
         /* Copies of spec->argv and spec->workdir (the spec's strings may live

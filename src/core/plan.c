@@ -25,6 +25,9 @@
 #include "util/error.h"
 #include "util/fdutil.h"
 
+#define SCRATCH_BYTES_PER_INODE 8192 /* 131072 files in the default 1 GiB */
+#define SCRATCH_INODES_MIN      1024
+
 static const char etc_passwd[] = "root:x:0:0:root:/root:/usr/sbin/nologin\n"
                                  "sandbox:x:1000:1000:sandbox:/workspace:/bin/sh\n"
                                  "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n";
@@ -390,9 +393,16 @@ int plan_build(struct launch_plan *plan, const struct cage_spec *spec, struct ca
                                  ROOT_ENTRIES_MAX);
         plan_proc_masks(plan);
         plan->scratch_workspace = !spec_mounts_workspace(spec);
-        uint64_t size = (spec->debug_disable & CAGE_DEBUG_NO_LIMITS) ? 0 : spec->disk_bytes;
-        snprintf(plan->scratch_opts, sizeof(plan->scratch_opts), "size=%llu,mode=0755",
-                 (unsigned long long)size);
+        /* tmpfs inodes cost kernel memory and are otherwise unbounded: one
+         * per SCRATCH_BYTES_PER_INODE of the disk size (0: unlimited). */
+        bool unlimited = spec->debug_disable & CAGE_DEBUG_NO_LIMITS;
+        uint64_t size = unlimited ? 0 : spec->disk_bytes;
+        uint64_t inodes = unlimited ? 0 : size / SCRATCH_BYTES_PER_INODE;
+        if (!unlimited && inodes < SCRATCH_INODES_MIN)
+                inodes = SCRATCH_INODES_MIN;
+        snprintf(plan->scratch_opts, sizeof(plan->scratch_opts),
+                 "size=%llu,nr_inodes=%llu,mode=0755", (unsigned long long)size,
+                 (unsigned long long)inodes);
         if ((r = build_env(plan, spec)) < 0)
                 return cage_fail(err, r, "building the environment");
         find_arg_area(plan);

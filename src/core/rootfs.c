@@ -244,7 +244,11 @@ static int build_dev(const struct launch_plan *plan, const int *fds, const char 
         *step = "mount /dev";
         if (mkdir(dev, 0755) < 0 && errno != EEXIST)
                 return -errno;
-        if (mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,mode=0755") < 0)
+        /* Writable by the sandbox user, like a container's: bounded in bytes
+         * and in files (it holds ~15 entries). */
+        const char *opts = (plan->disable & CAGE_DEBUG_NO_LIMITS) ? "size=64k,mode=0755"
+                                                                   : "size=64k,nr_inodes=64,mode=0755";
+        if (mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, opts) < 0)
                 return -errno;
         *step = "bind device nodes";
         for (size_t i = 0; i < DEV_NODES_MAX; i++) {
