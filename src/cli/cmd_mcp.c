@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "core/reaper.h"
 #include "server/mcp.h"
 #include "server/mcp_fixtures.h"
 #include "services/config.h"
@@ -162,6 +163,8 @@ int cmd_mcp(int argc, char **argv)
                         err.message);
                 return EXIT_CODECAGE_FAILED;
         }
+        /* Removes our cgroups should we be killed (src/core/reaper.c). */
+        (void)launch_reaper_start();
         /* Before any thread exists, so every thread inherits the mask. */
         cli_block_stop_signals(&stop);
         _cleanup_close_ int sfd = signalfd(-1, &stop, SFD_CLOEXEC | SFD_NONBLOCK);

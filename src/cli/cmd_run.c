@@ -13,6 +13,7 @@
 
 #include "cli.h"
 #include "core/output.h"
+#include "core/reaper.h"
 #include "core/spec.h"
 #include "run.h"
 #include "util/cleanup.h"
@@ -386,6 +387,8 @@ int cmd_run(int argc, char **argv)
         struct cage_result res = {0};
         cage_spec_init(&a.spec);
         int r = parse_args(&a, argc, argv, &err);
+        if (r == 0)
+                (void)launch_reaper_start(); /* our cgroups go should we be killed */
         if (r == 0)
                 r = run_use_image(&a, &err);
         if (r == 0)

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "core/reaper.h"
 #include "server/http.h"
 #include "server/mcp.h"
 #include "services/config.h"
@@ -220,6 +221,8 @@ int cmd_serve(int argc, char **argv)
                 cage_config_free(cfg);
                 return EXIT_CODECAGE_FAILED;
         }
+        /* Removes our cgroups should we be killed (src/core/reaper.c). */
+        (void)launch_reaper_start();
         /* Before any thread exists, so every thread inherits the mask. */
         cli_block_stop_signals(&stop);
         r = serve(cfg, &stop);

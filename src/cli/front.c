@@ -8,9 +8,12 @@
 #include <string.h>
 
 #include "cli.h"
+#include "core/reaper.h"
 
 int main(int argc, char **argv)
 {
+        if (argc == 3 && strcmp(argv[1], LAUNCH_REAPER_COMMAND) == 0)
+                return launch_reaper_main(argc, argv);
         cli_ensure_std_fds();
         if (argc >= 2 && strcmp(argv[1], "run") == 0) {
                 signal(SIGPIPE, SIG_IGN);

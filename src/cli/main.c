@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "core/reaper.h"
 
 static const struct {
         const char *name;
@@ -33,6 +34,8 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+        if (argc == 3 && strcmp(argv[1], LAUNCH_REAPER_COMMAND) == 0)
+                return launch_reaper_main(argc, argv);
         cli_ensure_std_fds();
         signal(SIGPIPE, SIG_IGN);
         if (argc < 2) {

@@ -87,5 +87,8 @@ int cage_cgroup_destroy(struct cage_cgroup *cg);
  * thaws and kills what they hold, then waits at most wait_ms in all for them
  * to empty; what is still busy then is left for a later sweep. */
 void cage_cgroup_sweep_stale(const struct cgroup_host *host, unsigned wait_ms);
+/* The same for every group of one supervisor, alive or not (its reaper
+ * runs this once the supervisor is gone, even while it is a zombie). */
+void cage_cgroup_sweep_owner(const struct cgroup_host *host, pid_t owner, unsigned wait_ms);
 
 #endif

@@ -8,7 +8,8 @@
  * Then it removes the groups that have emptied, waiting at most `wait_ms`
  * in all: a group that cannot be removed yet is left for the next sweep and
  * never costs more than that. A pid reused by an unrelated process only
- * delays the sweep of that group to a later start. */
+ * delays the sweep of that group to a later start. The reaper of one
+ * supervisor (reaper.c) sweeps that supervisor's groups the same way. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -30,13 +31,21 @@ static const char *const v1_hierarchies[] = {"freezer", "memory", "pids", "cpu",
 #define SUB_GROUP_DEPTH 2 /* run-<pid>-<n>/e<k>: one level of exec groups */
 #define RETRY_SLEEP_NS  2000000L
 
-static bool stale_name(const char *name)
+/* Which groups a sweep removes: those of one supervisor (its reaper, once
+ * it died), or those of every supervisor that no longer exists. */
+struct sweep {
+        pid_t owner; /* 0: any dead supervisor */
+};
+
+static bool doomed(const struct sweep *sw, const char *name)
 {
         int pid;
         unsigned n;
         char tail;
         if (sscanf(name, CGROUP_RUN_PREFIX "%d-%u%c", &pid, &n, &tail) != 2 || pid <= 0)
                 return false;
+        if (sw->owner)
+                return pid == sw->owner;
         return kill(pid, 0) < 0 && errno == ESRCH;
 }
 
@@ -60,7 +69,7 @@ static bool thaw_and_kill(int dirfd)
         return false;
 }
 
-typedef void (*group_fn)(int parentfd, const char *name, int depth);
+typedef void (*group_fn)(const struct sweep *sw, int parentfd, const char *name, int depth);
 
 /* A directory stream over dirfd from its start (a dup shares the offset of
  * earlier passes, hence the rewind). */
@@ -78,7 +87,7 @@ static DIR *open_listing(int dirfd)
 }
 
 /* Calls fn on each sub-directory of dirfd. */
-static void for_each_subgroup(int dirfd, int depth, group_fn fn)
+static void for_each_subgroup(const struct sweep *sw, int dirfd, int depth, group_fn fn)
 {
         DIR *d = open_listing(dirfd);
         if (!d)
@@ -86,46 +95,46 @@ static void for_each_subgroup(int dirfd, int depth, group_fn fn)
         struct dirent *de;
         while ((de = readdir(d)))
                 if (de->d_type == DT_DIR && de->d_name[0] != '.')
-                        fn(dirfd, de->d_name, depth);
+                        fn(sw, dirfd, de->d_name, depth);
         closedir(d);
 }
 
 /* Pass 1: a group and its sub-groups thawed, their processes killed. */
-static void release_group(int parentfd, const char *name, int depth)
+static void release_group(const struct sweep *sw, int parentfd, const char *name, int depth)
 {
         _cleanup_close_ int fd = openat(parentfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (fd < 0)
                 return;
         (void)thaw_and_kill(fd);
         if (depth + 1 < SUB_GROUP_DEPTH)
-                for_each_subgroup(fd, depth + 1, release_group);
+                for_each_subgroup(sw, fd, depth + 1, release_group);
 }
 
 /* Pass 2: sub-groups first, then the group, once each is empty. */
-static void remove_group(int parentfd, const char *name, int depth)
+static void remove_group(const struct sweep *sw, int parentfd, const char *name, int depth)
 {
         _cleanup_close_ int fd = openat(parentfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (fd < 0)
                 return;
         if (depth + 1 < SUB_GROUP_DEPTH)
-                for_each_subgroup(fd, depth + 1, remove_group);
+                for_each_subgroup(sw, fd, depth + 1, remove_group);
         if (thaw_and_kill(fd))
                 (void)unlinkat(parentfd, name, AT_REMOVEDIR);
 }
 
-static void release_stale(int parentfd, const char *name, int depth)
+static void release_doomed(const struct sweep *sw, int parentfd, const char *name, int depth)
 {
-        if (stale_name(name))
-                release_group(parentfd, name, depth);
+        if (doomed(sw, name))
+                release_group(sw, parentfd, name, depth);
 }
 
-static void remove_stale(int parentfd, const char *name, int depth)
+static void remove_doomed(const struct sweep *sw, int parentfd, const char *name, int depth)
 {
-        if (stale_name(name))
-                remove_group(parentfd, name, depth);
+        if (doomed(sw, name))
+                remove_group(sw, parentfd, name, depth);
 }
 
-static bool any_stale_left(int parentfd)
+static bool any_doomed_left(const struct sweep *sw, int parentfd)
 {
         bool left = false;
         DIR *d = open_listing(parentfd);
@@ -133,7 +142,7 @@ static bool any_stale_left(int parentfd)
                 return false;
         struct dirent *de;
         while ((de = readdir(d)) && !left)
-                left = de->d_type == DT_DIR && stale_name(de->d_name);
+                left = de->d_type == DT_DIR && doomed(sw, de->d_name);
         closedir(d);
         return left;
 }
@@ -160,16 +169,16 @@ static size_t open_parents(const struct cgroup_host *host, int *fds, size_t max)
         return n;
 }
 
-static void sweep(int *fds, size_t n, unsigned wait_ms)
+static void sweep(const struct sweep *sw, int *fds, size_t n, unsigned wait_ms)
 {
         for (size_t i = 0; i < n; i++)
-                for_each_subgroup(fds[i], 0, release_stale);
+                for_each_subgroup(sw, fds[i], 0, release_doomed);
         uint64_t deadline = clock_mono_ms() + wait_ms;
         for (;;) {
                 bool left = false;
                 for (size_t i = 0; i < n; i++) {
-                        for_each_subgroup(fds[i], 0, remove_stale);
-                        left = left || any_stale_left(fds[i]);
+                        for_each_subgroup(sw, fds[i], 0, remove_doomed);
+                        left = left || any_doomed_left(sw, fds[i]);
                 }
                 if (!left || clock_mono_ms() >= deadline)
                         break;
@@ -177,17 +186,28 @@ static void sweep(int *fds, size_t n, unsigned wait_ms)
         }
 }
 
-/* Every cold `codecage run` sweeps: one listing per hierarchy when there is
- * nothing to do, the full passes only when something is stale. */
-void cage_cgroup_sweep_stale(const struct cgroup_host *host, unsigned wait_ms)
+static void sweep_parents(const struct cgroup_host *host, const struct sweep *sw, unsigned wait_ms)
 {
         int fds[ELEMENTSOF(v1_hierarchies)];
         size_t n = open_parents(host, fds, ELEMENTSOF(fds));
         bool any = false;
         for (size_t i = 0; i < n && !any; i++)
-                any = any_stale_left(fds[i]);
+                any = any_doomed_left(sw, fds[i]);
         if (any)
-                sweep(fds, n, wait_ms);
+                sweep(sw, fds, n, wait_ms);
         for (size_t i = 0; i < n; i++)
                 close(fds[i]);
+}
+
+/* Every cold `codecage run` sweeps: one listing per hierarchy when there is
+ * nothing to do, the full passes only when something is stale. */
+void cage_cgroup_sweep_stale(const struct cgroup_host *host, unsigned wait_ms)
+{
+        sweep_parents(host, &(struct sweep){.owner = 0}, wait_ms);
+}
+
+void cage_cgroup_sweep_owner(const struct cgroup_host *host, pid_t owner, unsigned wait_ms)
+{
+        if (owner > 0)
+                sweep_parents(host, &(struct sweep){.owner = owner}, wait_ms);
 }

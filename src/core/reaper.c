@@ -1,0 +1,121 @@
+/* The reaper: a small process that outlives the supervisor it was started
+ * by and removes that supervisor's cgroups once it is gone. Processes of a
+ * sandbox already die with their supervisor (the parent-death signal of
+ * pid 1 kills its pid namespace); its cgroup directories would otherwise
+ * stay until the next codecage start swept them.
+ *
+ * One reaper per supervisor process, started before its first launch. It
+ * is the same binary exec'd afresh (clean memory and command line, safe to
+ * start from a threaded server), in a session of its own so the terminal's
+ * signals do not reach it. It waits for end-of-file on a pipe whose only
+ * writer is the supervisor (close-on-exec, never written), then sweeps
+ * every group named after the supervisor's pid, waiting a little for
+ * killed sandboxes to empty. After a clean exit there is nothing to sweep. */
+#include "reaper.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "cgroup.h"
+#include "launcher.h"
+#include "util/cleanup.h"
+#include "util/fdutil.h"
+
+#define REAPER_FD      3    /* the pipe's read end, in the reaper */
+#define REAPER_WAIT_MS 2000 /* for killed sandboxes to leave their groups */
+
+static pthread_once_t reaper_once = PTHREAD_ONCE_INIT;
+static int reaper_r;
+
+/* In the forked child of a possibly threaded process: async-signal-safe
+ * calls only, then exec. */
+static _Noreturn void exec_reaper(int pipe_r, char *const argv[])
+{
+        /* dup2 onto itself would keep close-on-exec: clear it instead. */
+        if (pipe_r == REAPER_FD ? fcntl(pipe_r, F_SETFD, 0) < 0 : dup2(pipe_r, REAPER_FD) < 0)
+                _exit(127);
+        syscall(SYS_close_range, REAPER_FD + 1, ~0U, 0);
+        setsid();
+        execv("/proc/self/exe", argv);
+        _exit(127);
+}
+
+static void start_reaper(void)
+{
+        int p[2];
+        char pid[16];
+        snprintf(pid, sizeof(pid), "%d", (int)getpid());
+        char *const argv[] = {"codecage", (char *)LAUNCH_REAPER_COMMAND, pid, NULL};
+        if (pipe2(p, O_CLOEXEC) < 0) {
+                reaper_r = -errno;
+                return;
+        }
+        pid_t child = fork();
+        if (child == 0)
+                exec_reaper(p[0], argv);
+        reaper_r = child < 0 ? -errno : 0;
+        close(p[0]);
+        /* The write end stays open, unused, until this process is gone. */
+        if (child < 0)
+                close(p[1]);
+}
+
+/* The unsafe debug build can go without one (CODECAGE_DEBUG_DISABLE names
+ * "reaper"), so the security suite can show what it removes. */
+static bool switched_off(void)
+{
+#ifdef CODECAGE_UNSAFE_DEBUG
+        const char *off = getenv("CODECAGE_DEBUG_DISABLE");
+        if (off && strstr(off, "reaper"))
+                return true;
+#endif
+        return false;
+}
+
+int launch_reaper_start(void)
+{
+        if (switched_off())
+                return 0;
+        pthread_once(&reaper_once, start_reaper);
+        return reaper_r;
+}
+
+static pid_t parse_owner(const char *s)
+{
+        char *end;
+        errno = 0;
+        long v = strtol(s, &end, 10);
+        return errno || *end || v <= 0 || v > INT_MAX ? 0 : (pid_t)v;
+}
+
+int launch_reaper_main(int argc, char **argv)
+{
+        pid_t owner = argc == 3 ? parse_owner(argv[2]) : 0;
+        if (!owner) {
+                fprintf(stderr, "codecage: %s is internal: started by codecage itself\n",
+                        LAUNCH_REAPER_COMMAND);
+                return 2;
+        }
+        static const int quiet[] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGQUIT};
+        for (size_t i = 0; i < ELEMENTSOF(quiet); i++)
+                signal(quiet[i], SIG_IGN);
+        prctl(PR_SET_NAME, "codecage-reap");
+        char b;
+        ssize_t n;
+        while ((n = read(REAPER_FD, &b, 1)) > 0 || (n < 0 && errno == EINTR))
+                ;
+        struct cgroup_host host;
+        if (launch_detect_cgroups(&host, NULL) == 0)
+                cage_cgroup_sweep_owner(&host, owner, REAPER_WAIT_MS);
+        return 0;
+}

@@ -1,0 +1,14 @@
+/* The reaper of a supervisor's cgroups (reaper.c). */
+#ifndef CODECAGE_CORE_REAPER_H
+#define CODECAGE_CORE_REAPER_H
+
+/* The hidden command both binaries hand to launch_reaper_main(). */
+#define LAUNCH_REAPER_COMMAND "__reap-cgroups"
+
+/* Starts this process's reaper once (later calls return the first result):
+ * 0, or -errno when it could not be started (launches go on without it). */
+int launch_reaper_start(void);
+/* main() of the reaper: argv is {"codecage", LAUNCH_REAPER_COMMAND, PID}. */
+int launch_reaper_main(int argc, char **argv);
+
+#endif
