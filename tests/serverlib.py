@@ -116,7 +116,12 @@ class Server:
             hdrs["Authorization"] = f"Bearer {token}"
         conn = self.connection(unix, timeout)
         try:
-            conn.request(method, path, body=data, headers=hdrs)
+            try:
+                conn.request(method, path, body=data, headers=hdrs)
+            except (BrokenPipeError, ConnectionResetError):
+                # Refused by its headers (413 on Content-Length): the server
+                # answered and closed before the whole body was sent.
+                pass
             return Response(conn.getresponse())
         finally:
             conn.close()
