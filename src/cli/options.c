@@ -73,7 +73,7 @@ static const struct {
         {"proc-mask", CAGE_DEBUG_NO_PROC_MASK}, {"limits", CAGE_DEBUG_NO_LIMITS},
         {"fds", CAGE_DEBUG_KEEP_FDS},           {"env", CAGE_DEBUG_KEEP_ENV},
         {"setsid", CAGE_DEBUG_NO_SETSID},       {"pidns", CAGE_DEBUG_NO_PIDNS},
-        {"netns", CAGE_DEBUG_NO_NETNS},
+        {"netns", CAGE_DEBUG_NO_NETNS},         {"userns-owner", CAGE_DEBUG_ROOT_OWNED_USERNS},
 };
 
 int parse_debug_disable(const char *s, uint32_t *ret, struct cage_error *err)

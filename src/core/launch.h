@@ -66,6 +66,11 @@ struct launch_plan {
         int box_init_fd;                    /* box: the sealed codecage-init memfd */
         int box_ctl_fd;                     /* box: init's end of the control socket */
         int clone_cgroup_fd;                /* v2: the group the child is born in, or -1 */
+        /* As root: the host uid the child is cloned as, so its user namespace
+         * is owned by (and its per-user kernel counts are charged to) the
+         * sandbox's own uid; its file-system uid stays root's until it
+         * becomes the sandbox user. 0: as the caller. */
+        uid_t owner_uid;
 };
 
 /* Bytes the supervisor sends on sync_fd, in this order. */

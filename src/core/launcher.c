@@ -197,6 +197,10 @@ int launcher_prepare(struct launcher *l, struct cage_error *err)
         if ((r = plan_build(&l->plan, l->spec, err)) < 0)
                 return r;
         open_mounts(l);
+        /* As root, the sandbox's user namespace is created by (so owned by,
+         * and its per-user kernel counts charged to) its own host uid. */
+        if (l->slot.privileged && !(l->spec->debug_disable & CAGE_DEBUG_ROOT_OWNED_USERNS))
+                l->plan.owner_uid = l->slot.host_uid;
         return make_pipes(l, err);
 }
 

@@ -5,6 +5,9 @@
  * close-on-exec report pipe as (step, errno) and the child exits, so
  * launcher failures are never mistaken for the program's own. */
 #include <errno.h>
+#include <fcntl.h>
+#include <linux/securebits.h>
+#include <stdlib.h>
 #include <grp.h>
 #include <linux/sched.h>
 #include <net/if.h>
@@ -106,6 +109,56 @@ static void close_source_fds(int *fds, size_t n)
                         close(fds[i]);
 }
 
+/* Per-user kernel objects of this user namespace (charged to the sandbox's
+ * own host uid, its owner): tight limits, and none of the namespaces it
+ * could not create anyway (the seccomp filter refuses them). The files are
+ * opened while the host's /proc is still ours (a sysctl file belongs to the
+ * user namespace that opens it) and written once our own namespaces exist:
+ * building the root makes short-lived mount namespaces (detached trees). */
+static const struct {
+        const char *file;
+        const char *value;
+} userns_limits[] = {
+        {"/proc/sys/user/max_inotify_instances", "64"},
+        {"/proc/sys/user/max_inotify_watches", "16384"},
+        {"/proc/sys/user/max_fanotify_groups", "0"},
+        {"/proc/sys/user/max_fanotify_marks", "0"},
+        {"/proc/sys/user/max_user_namespaces", "0"},
+        {"/proc/sys/user/max_pid_namespaces", "0"},
+        {"/proc/sys/user/max_net_namespaces", "0"},
+        {"/proc/sys/user/max_mnt_namespaces", "0"},
+        {"/proc/sys/user/max_ipc_namespaces", "0"},
+        {"/proc/sys/user/max_uts_namespaces", "0"},
+        {"/proc/sys/user/max_cgroup_namespaces", "0"},
+        {"/proc/sys/user/max_time_namespaces", "0"},
+};
+
+#define N_USERNS_LIMITS ELEMENTSOF(userns_limits)
+
+static void open_userns_limits(const struct launch_plan *plan, int *fds)
+{
+        for (size_t i = 0; i < N_USERNS_LIMITS; i++) {
+                fds[i] = -1;
+                if (!plan->owner_uid)
+                        continue; /* charged to the caller: the host's limits apply */
+                fds[i] = open(userns_limits[i].file, O_WRONLY | O_CLOEXEC);
+                if (fds[i] < 0 && errno != ENOENT) /* a kernel without it is fine */
+                        child_fail(plan, "user namespace limits", errno);
+        }
+}
+
+static void write_userns_limits(const struct launch_plan *plan, int *fds)
+{
+        for (size_t i = 0; i < N_USERNS_LIMITS; i++) {
+                if (fds[i] < 0)
+                        continue;
+                const char *v = userns_limits[i].value;
+                if (write(fds[i], v, strlen(v)) < 0)
+                        child_fail(plan, "user namespace limits", errno);
+                close(fds[i]);
+        }
+}
+
 /* Fault injection (unsafe_debug builds only, refused by validation
  * otherwise): lets tests drive the internal_error path of a named step. */
 static void fault_point(const struct launch_plan *plan, const char *step)
@@ -126,9 +179,12 @@ _Noreturn void sandbox_child_main(const struct launch_plan *plan)
         close_inherited_fds(plan);
         /* The supervisor writes our id maps first. */
         wait_for_supervisor(plan, SYNC_MAPS_WRITTEN);
-        /* With the initial credentials, which may read what the sandbox uid cannot. */
+        /* With the initial file-system uid (root's when the supervisor is
+         * root), which may read what the sandbox uid cannot. */
         if ((r = rootfs_open_sources(plan, fds, &step)) < 0)
                 child_fail(plan, step, -r);
+        int limit_fds[N_USERNS_LIMITS];
+        open_userns_limits(plan, limit_fds);
         /* After the maps exist and before creating files on new tmpfs mounts,
          * which need a mapped fsuid (EOVERFLOW otherwise). */
         become_sandbox_user(plan);
@@ -154,6 +210,8 @@ _Noreturn void sandbox_child_main(const struct launch_plan *plan)
         /* After joining the cgroup: the new cgroup namespace is rooted at it. */
         if (unshare(CLONE_NEWCGROUP) < 0)
                 child_fail(plan, "unshare cgroup namespace", errno);
+        /* Every namespace of ours exists now. */
+        write_userns_limits(plan, limit_fds);
         /* No controlling terminal: the program cannot signal or inject into ours. */
         if (!(plan->disable & CAGE_DEBUG_NO_SETSID) && setsid() < 0)
                 child_fail(plan, "setsid", errno);
@@ -194,6 +252,52 @@ static unsigned long long namespace_flags(uint32_t disable)
         return flags;
 }
 
+/* The creating thread's identity for the clone: a new user namespace is
+ * owned by the euid that creates it. The file-system uid stays the
+ * caller's (root's), so the child opens its bind sources with the access it
+ * had before. Raw syscalls, so the change stays on this thread (glibc's
+ * setresuid applies it to every thread); capabilities are kept
+ * (SECBIT_NO_SETUID_FIXUP) for CLONE_INTO_CGROUP's permission check and the
+ * way back. */
+struct clone_identity {
+        uid_t ruid, euid, suid;
+        int securebits;
+        bool switched;
+};
+
+static int become_owner(const struct launch_plan *plan, struct clone_identity *id)
+{
+        id->switched = false;
+        if (!plan->owner_uid)
+                return 0;
+        int bits = prctl(PR_GET_SECUREBITS);
+        if (bits < 0 || syscall(SYS_getresuid, &id->ruid, &id->euid, &id->suid) < 0)
+                return -errno;
+        id->securebits = bits;
+        if (prctl(PR_SET_SECUREBITS, bits | SECBIT_NO_SETUID_FIXUP) < 0)
+                return -errno;
+        uid_t u = plan->owner_uid;
+        if (syscall(SYS_setresuid, u, u, u) < 0) {
+                int e = -errno;
+                prctl(PR_SET_SECUREBITS, bits);
+                return e;
+        }
+        id->switched = true;
+        syscall(SYS_setfsuid, id->euid); /* returns the old fsuid, never fails */
+        return 0;
+}
+
+static void restore_identity(const struct clone_identity *id)
+{
+        if (!id->switched)
+                return;
+        /* CAP_SETUID was kept, so this cannot fail; a supervisor thread left
+         * running as a sandbox's uid must not go on. */
+        if (syscall(SYS_setresuid, id->ruid, id->euid, id->suid) < 0 ||
+            prctl(PR_SET_SECUREBITS, id->securebits) < 0)
+                abort();
+}
+
 pid_t sandbox_clone(const struct launch_plan *plan, int *ret_pidfd)
 {
         int pidfd = -1;
@@ -206,11 +310,17 @@ pid_t sandbox_clone(const struct launch_plan *plan, int *ret_pidfd)
                 args.flags |= CLONE_INTO_CGROUP;
                 args.cgroup = (uint64_t)plan->clone_cgroup_fd;
         }
+        struct clone_identity id;
+        int r = become_owner(plan, &id);
+        if (r < 0)
+                return r;
         long pid = syscall(SYS_clone3, &args, sizeof(args));
-        if (pid < 0)
-                return -errno;
         if (pid == 0)
                 sandbox_child_main(plan);
+        int e = errno;
+        restore_identity(&id);
+        if (pid < 0)
+                return -e;
         *ret_pidfd = pidfd;
         return (pid_t)pid;
 }

@@ -22,7 +22,7 @@ def mounts_a_filesystem(target):
     return "MOUNTED" in r["stdout"], r
 
 
-@pair("seccomp")
+@pair("seccomp,userns-owner")
 def test_mount_new_filesystem(target):
     ok, r = mounts_a_filesystem(target)
     expect(target, ok, r)
@@ -37,7 +37,7 @@ def bind_mounts_over_etc(target):
     return "BOUND" in r["stdout"], r
 
 
-@pair("seccomp")
+@pair("seccomp,userns-owner")
 def test_bind_mount_over_etc(target):
     ok, r = bind_mounts_over_etc(target)
     expect(target, ok, r)
@@ -51,7 +51,7 @@ def uses_new_mount_api(target):
     return all(o["errno"] != o["filter_errno"] for o in results), results
 
 
-@pair("seccomp")
+@pair("seccomp,userns-owner")
 def test_new_mount_api(target):
     ok, results = uses_new_mount_api(target)
     expect(target, ok, results)

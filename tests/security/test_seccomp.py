@@ -15,7 +15,7 @@ import subprocess
 
 import pytest
 
-from seclib import expect, pair, target  # noqa: F401 (fixture)
+from seclib import Target, expect, pair, target  # noqa: F401 (fixture)
 
 FAMILIES = {
     "keyrings": ["keyctl", "add_key", "request_key"],
@@ -61,7 +61,7 @@ def reaches_kernel(target, name):
     return out["ret"] >= 0 or out["errno"] != out["filter_errno"], out
 
 
-@pair("seccomp")
+@pair("seccomp,userns-owner")
 @pytest.mark.parametrize("family,name", SYSCALLS, ids=[f"{f}:{n}" for f, n in SYSCALLS])
 def test_denied_syscall_is_blocked_by_the_filter(target, family, name):
     reached, out = reaches_kernel(target, name)
@@ -86,10 +86,20 @@ def creates_user_namespace(target):
     return r["status"] == "ok" and r["stdout"].strip() == "0", r
 
 
-@pair("seccomp")
+@pair("seccomp,userns-owner")
 def test_unshare_user_namespace(target):
     ok, r = creates_user_namespace(target)
     expect(target, ok, r)
+
+
+def test_nested_namespaces_are_also_refused_by_the_user_namespace_limits(unsafe_cage):
+    """The second layer: with only the filter off, the sandbox's own user
+    namespace allows no nested one (max_user_namespaces 0); with its limits
+    gone too (the namespace owned by root, as before), the nesting works."""
+    r = unsafe_cage.sh("unshare -U -r /bin/sh -c 'id -u' 2>&1", "--debug-disable", "seccomp")
+    assert r["status"] == "error" and "No space left on device" in r["stdout"], r
+    ok, r = creates_user_namespace(Target(unsafe_cage, "seccomp,userns-owner"))
+    assert ok, r
 
 
 def uses_x32_abi(target):
