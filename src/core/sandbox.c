@@ -110,8 +110,10 @@ static void close_source_fds(int *fds, size_t n)
 }
 
 /* Per-user kernel objects of this user namespace (charged to the sandbox's
- * own host uid, its owner): tight limits, and none of the namespaces it
- * could not create anyway (the seccomp filter refuses them). The files are
+ * own host uid, its owner): tight limits, and no nested user namespace —
+ * the only way to any other nested namespace once capabilities are gone, a
+ * second layer under the seccomp filter (which also refuses fanotify). The
+ * files are
  * opened while the host's /proc is still ours (a sysctl file belongs to the
  * user namespace that opens it) and written once our own namespaces exist:
  * building the root makes short-lived mount namespaces (detached trees). */
@@ -121,16 +123,7 @@ static const struct {
 } userns_limits[] = {
         {"/proc/sys/user/max_inotify_instances", "64"},
         {"/proc/sys/user/max_inotify_watches", "16384"},
-        {"/proc/sys/user/max_fanotify_groups", "0"},
-        {"/proc/sys/user/max_fanotify_marks", "0"},
         {"/proc/sys/user/max_user_namespaces", "0"},
-        {"/proc/sys/user/max_pid_namespaces", "0"},
-        {"/proc/sys/user/max_net_namespaces", "0"},
-        {"/proc/sys/user/max_mnt_namespaces", "0"},
-        {"/proc/sys/user/max_ipc_namespaces", "0"},
-        {"/proc/sys/user/max_uts_namespaces", "0"},
-        {"/proc/sys/user/max_cgroup_namespaces", "0"},
-        {"/proc/sys/user/max_time_namespaces", "0"},
 };
 
 #define N_USERNS_LIMITS ELEMENTSOF(userns_limits)

@@ -67,9 +67,9 @@ def test_inotify_instances_are_the_sandboxes_own(target):
 
 
 def test_limits_inside_the_sandbox_user_namespace(cage):
-    r = cage.sh("for f in max_inotify_instances max_user_namespaces max_net_namespaces; do "
+    r = cage.sh("for f in max_inotify_instances max_inotify_watches max_user_namespaces; do "
                 "printf '%s ' $(cat /proc/sys/user/$f); done")
-    assert r["stdout"].split() == ["64", "0", "0"], r
+    assert r["stdout"].split() == ["64", "16384", "0"], r
 
 
 def test_two_sandboxes_at_their_limits_do_not_meet(cage):
