@@ -576,6 +576,19 @@ def print_table(rows):
 # ---- rows --------------------------------------------------------------------------------
 
 
+def cgroup_moves_note(ctx):
+    """On cgroup v1 every cold run moves its sandbox into its cgroup; without
+    favordynmods that waits for an RCU grace period. Say which this host is."""
+    p = subprocess.run([ctx.cage, "doctor", "--json"], capture_output=True, text=True,
+                       timeout=60)
+    try:
+        checks = {c["name"]: c for c in json.loads(p.stdout)["checks"]}
+        return f"cgroup-moves ({checks['cgroup']['detail'].split(',')[0]}): " \
+               f"{checks['cgroup-moves']['detail']}"
+    except (ValueError, KeyError):
+        return "cgroup-moves: doctor did not say"
+
+
 def row_cold(ctx):
     rounds = 8 if ctx.args.quick else 40
     cmds = {"bare": PY, "codecage": [ctx.cage, "run", "--", *PY]}
@@ -590,7 +603,7 @@ def row_cold(ctx):
     r1 = m["codecage"] / m["bare"]
     lines = [line("python3 print(1), vs bare", text["codecage"], "bare " + text["bare"], r1,
                   "<= 1.10x", r1 <= 1.10, data)]
-    notes = [f"{rounds} interleaved rounds, median (p90)"]
+    notes = [f"{rounds} interleaved rounds, median (p90)", cgroup_moves_note(ctx)]
     if bw:
         r2 = m["codecage"] / m["bwrap"]
         lines.append(line("python3 print(1), vs bwrap", text["codecage"],
