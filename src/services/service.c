@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -29,11 +30,13 @@
 #include "util/clock.h"
 #include "util/debug_pause.h"
 #include "util/error.h"
+#include "util/fdutil.h"
 
 #define REAPER_PERIOD_S     1
 #define STORE_FILE          "sandboxes.db"
-#define LIST_MAX            4096 /* sandboxes one list shows */
-#define STALE_SWEEP_WAIT_MS 2000 /* for a dead server's sandboxes to empty */
+#define INDEX_BUCKETS       8192    /* chains of the registry's index (~8 long at 65536) */
+#define NOFILE_WANT         1048576 /* the server's RLIMIT_NOFILE, when it may raise it */
+#define STALE_SWEEP_WAIT_MS 2000    /* for a dead server's sandboxes to empty */
 
 int cage_service_http_status(int r)
 {
@@ -133,21 +136,57 @@ static void sb_free(struct sb *sb)
         free(sb);
 }
 
+/* The registry: a doubly linked list of every entry and an index by
+ * (tenant, name), so that lookups, creations and removals cost the same
+ * with 10 or 10,000 sandboxes. Both under svc->lock. */
+static struct sb **bucket(struct cage_service *svc, const char *tenant, const char *name)
+{
+        uint32_t h = 2166136261u; /* FNV-1a over "tenant\0name" */
+        for (const char *p = tenant;; p++) {
+                h = (h ^ (unsigned char)*p) * 16777619u;
+                if (!*p)
+                        break;
+        }
+        for (const char *p = name; *p; p++)
+                h = (h ^ (unsigned char)*p) * 16777619u;
+        return &svc->index[h % INDEX_BUCKETS];
+}
+
 static struct sb *find_locked(struct cage_service *svc, const char *tenant, const char *name)
 {
-        for (struct sb *sb = svc->list; sb; sb = sb->next)
+        for (struct sb *sb = *bucket(svc, tenant, name); sb; sb = sb->hnext)
                 if (strcmp(sb->tenant, tenant) == 0 && strcmp(sb->name, name) == 0)
                         return sb;
         return NULL;
 }
 
+static void link_locked(struct cage_service *svc, struct sb *sb)
+{
+        sb->prev = NULL;
+        sb->next = svc->list;
+        if (svc->list)
+                svc->list->prev = sb;
+        svc->list = sb;
+        struct sb **b = bucket(svc, sb->tenant, sb->name);
+        sb->hnext = *b;
+        *b = sb;
+        svc->count++;
+}
+
 static void unlink_locked(struct cage_service *svc, struct sb *gone)
 {
-        for (struct sb **p = &svc->list; *p; p = &(*p)->next)
+        if (gone->prev)
+                gone->prev->next = gone->next;
+        else
+                svc->list = gone->next;
+        if (gone->next)
+                gone->next->prev = gone->prev;
+        for (struct sb **p = bucket(svc, gone->tenant, gone->name); *p; p = &(*p)->hnext)
                 if (*p == gone) {
-                        *p = gone->next;
-                        return;
+                        *p = gone->hnext;
+                        break;
                 }
+        svc->count--;
 }
 
 int svc_lookup(struct cage_service *svc, const char *tenant, const char *name, struct sb **ret,
@@ -201,7 +240,7 @@ static void unlock_unref(struct sb *sb)
         svc_unref(sb);
 }
 
-static size_t snapshot(struct cage_service *svc, const char *tenant, struct sb **out);
+static struct sb **snapshot(struct cage_service *svc, const char *tenant, size_t *ret_n);
 
 /* ---- lifecycle (sb->lock held) ---- */
 
@@ -366,6 +405,8 @@ static json_t *info_locked(struct sb *sb)
 
 static int count_tenant(struct cage_service *svc, const char *tenant)
 {
+        if (svc->cfg->n_tenants == 0) /* one tenant: every entry is its */
+                return (int)svc->count;
         int n = 0;
         for (struct sb *sb = svc->list; sb; sb = sb->next)
                 n += strcmp(sb->tenant, tenant) == 0;
@@ -393,8 +434,7 @@ static int reserve(struct cage_service *svc, const char *tenant, struct svc_spec
                 sb->refs = 2; /* the registry's and ours */
                 sb->spec = spec;
                 pthread_mutex_lock(&sb->lock);
-                sb->next = svc->list;
-                svc->list = sb;
+                link_locked(svc, sb);
         }
         pthread_mutex_unlock(&svc->lock);
         *ret = sb;
@@ -514,10 +554,10 @@ int cage_service_sandbox_list(struct cage_service *svc, const char *tenant,
 {
         if (label_filter && (!strchr(label_filter, '=') || strlen(label_filter) > 512))
                 return cage_fail(err, -EINVAL, "label: the filter is KEY=VALUE");
-        _cleanup_free_ struct sb **found = calloc(LIST_MAX, sizeof(*found));
+        size_t n;
+        _cleanup_free_ struct sb **found = snapshot(svc, tenant, &n);
         if (!found)
                 return cage_fail(err, -ENOMEM, "list");
-        size_t n = snapshot(svc, tenant, found);
         json_t **items = calloc(n ? n : 1, sizeof(*items));
         size_t k = 0;
         for (size_t i = 0; i < n; i++) {
@@ -691,8 +731,9 @@ static int load_sandboxes(struct cage_service *svc, struct cage_error *err)
                         sb->created_ms = rec->created_ms;
                         sb->last_used_ms = rec->last_used_ms;
                         sb->refs = 1;
-                        sb->next = svc->list;
-                        svc->list = sb;
+                        pthread_mutex_lock(&svc->lock);
+                        link_locked(svc, sb);
+                        pthread_mutex_unlock(&svc->lock);
                 }
                 cage_sandbox_list_free(&list);
         }
@@ -749,6 +790,28 @@ static int open_parts(struct cage_service *svc, struct cage_error *err)
         return r < 0 ? cage_fail(err, r, "starting the idle reaper") : 0;
 }
 
+/* A running named sandbox holds ~8 of the server's fds (docs/CONFIG.md,
+ * "The server's own limits"): the soft RLIMIT_NOFILE goes up to the hard
+ * one, and as root the hard one to fs.nr_open (at most NOFILE_WANT). */
+static void raise_nofile(void)
+{
+        struct rlimit rl;
+        if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+                return;
+        char buf[32];
+        uint64_t want = NOFILE_WANT, nr_open = 0;
+        if (read_file_at(AT_FDCWD, "/proc/sys/fs/nr_open", buf, sizeof(buf)) > 0 &&
+            (nr_open = strtoull(buf, NULL, 10)) > 0 && nr_open < want)
+                want = nr_open;
+        if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < want) {
+                struct rlimit up = {.rlim_cur = want, .rlim_max = want};
+                if (setrlimit(RLIMIT_NOFILE, &up) == 0)
+                        return;
+        }
+        rl.rlim_cur = rl.rlim_max;
+        (void)setrlimit(RLIMIT_NOFILE, &rl);
+}
+
 int cage_service_open(const struct cage_config *cfg, struct cage_service **ret,
                       struct cage_error *err)
 {
@@ -758,7 +821,9 @@ int cage_service_open(const struct cage_config *cfg, struct cage_service **ret,
         svc->cfg = cfg;
         pthread_mutex_init(&svc->lock, NULL);
         pthread_cond_init(&svc->reaper_cond, NULL);
-        int r = open_parts(svc, err);
+        raise_nofile();
+        svc->index = calloc(INDEX_BUCKETS, sizeof(*svc->index));
+        int r = svc->index ? open_parts(svc, err) : cage_fail(err, -ENOMEM, "service");
         if (r < 0) {
                 cage_service_close(svc);
                 return r;
@@ -769,27 +834,30 @@ int cage_service_open(const struct cage_config *cfg, struct cage_service **ret,
 
 /* ---- the reaper: idle sandboxes and expired runs ---- */
 
-/* References to every entry of the tenant (NULL: of all tenants), at most
- * LIST_MAX; each must be dropped with svc_unref(). */
-static size_t snapshot(struct cage_service *svc, const char *tenant, struct sb **out)
+/* References to every entry of the tenant (NULL: of all tenants), in an
+ * array to free; each must be dropped with svc_unref(). NULL when out of
+ * memory. */
+static struct sb **snapshot(struct cage_service *svc, const char *tenant, size_t *ret_n)
 {
         size_t n = 0;
         pthread_mutex_lock(&svc->lock);
-        for (struct sb *sb = svc->list; sb && n < LIST_MAX; sb = sb->next)
+        struct sb **out = malloc((svc->count ? svc->count : 1) * sizeof(*out));
+        for (struct sb *sb = svc->list; sb && out; sb = sb->next)
                 if (!tenant || strcmp(sb->tenant, tenant) == 0) {
                         sb->refs++;
                         out[n++] = sb;
                 }
         pthread_mutex_unlock(&svc->lock);
-        return n;
+        *ret_n = n;
+        return out;
 }
 
 static void stop_idle(struct cage_service *svc)
 {
-        static struct sb *found[LIST_MAX]; /* the reaper thread's alone */
         int64_t now = clock_wall_ms();
-        size_t n = snapshot(svc, NULL, found);
-        for (size_t i = 0; i < n; i++) {
+        size_t n;
+        _cleanup_free_ struct sb **found = snapshot(svc, NULL, &n);
+        for (size_t i = 0; found && i < n; i++) {
                 struct sb *sb = found[i];
                 pthread_mutex_lock(&sb->lock);
                 uint64_t idle = sb->spec ? sb->spec->idle_timeout_s : 0;
@@ -850,6 +918,7 @@ struct cage_service *cage_service_close(struct cage_service *svc)
         svc->store = cage_store_close(svc->store);
         free(svc->ws_base);
         free(svc->runs_base);
+        free(svc->index);
         pthread_mutex_destroy(&svc->lock);
         pthread_cond_destroy(&svc->reaper_cond);
         free(svc);

@@ -47,7 +47,8 @@ struct sb {
         pthread_mutex_t py_lock;      /* one Python call at a time */
         struct cage_session *session; /* under py_lock; freed by stop (active == 0) */
         struct log_ring logs;
-        struct sb *next;
+        struct sb *next, *prev; /* the registry's list */
+        struct sb *hnext;       /* the registry's index bucket */
 };
 
 struct cage_service {
@@ -66,7 +67,9 @@ struct cage_service {
         struct svc_layers *layers;       /* installed pip requirements (requirements.c) */
         struct cage_image_store *images; /* <data_dir>/images (service_images.c) */
         pthread_mutex_t lock;
-        struct sb *list;
+        struct sb *list;   /* every entry, newest first */
+        struct sb **index; /* SVC_INDEX_BUCKETS chains by (tenant, name) */
+        size_t count;      /* entries in the list */
         pthread_t reaper;
         bool reaper_running, reaper_stop;
         pthread_cond_t reaper_cond;

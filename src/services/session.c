@@ -36,26 +36,25 @@ extern const char cage_session_driver_pyc_end[];
  * and runs the bytecode when the header carries this interpreter's
  * MAGIC_NUMBER, else compiles the source. Compiling in the session costs
  * it ~2 MiB that stay (the parser's arenas), so the build compiles once. */
-static const char driver_boot[] =
-        "import marshal, os\n"
-        "def boot_read(n):\n"
-        "    b = bytearray()\n"
-        "    while len(b) < n:\n"
-        "        c = os.read(3, n - len(b))\n"
-        "        if not c:\n"
-        "            os._exit(2)\n"
-        "        b += c\n"
-        "    return bytes(b)\n"
-        "h = boot_read(8)\n"
-        "pyc = boot_read(int.from_bytes(h[:4], 'big'))\n"
-        "src = boot_read(int.from_bytes(h[4:], 'big'))\n"
-        "import _frozen_importlib_external as fie\n"
-        "if pyc[:4] == fie.MAGIC_NUMBER:\n"
-        "    code = marshal.loads(pyc[16:])\n"
-        "else:\n"
-        "    code = compile(src, '<string>', 'exec')\n"
-        "del boot_read, h, pyc, src, fie, marshal\n"
-        "exec(code)\n";
+static const char driver_boot[] = "import marshal, os\n"
+                                  "def boot_read(n):\n"
+                                  "    b = bytearray()\n"
+                                  "    while len(b) < n:\n"
+                                  "        c = os.read(3, n - len(b))\n"
+                                  "        if not c:\n"
+                                  "            os._exit(2)\n"
+                                  "        b += c\n"
+                                  "    return bytes(b)\n"
+                                  "h = boot_read(8)\n"
+                                  "pyc = boot_read(int.from_bytes(h[:4], 'big'))\n"
+                                  "src = boot_read(int.from_bytes(h[4:], 'big'))\n"
+                                  "import _frozen_importlib_external as fie\n"
+                                  "if pyc[:4] == fie.MAGIC_NUMBER:\n"
+                                  "    code = marshal.loads(pyc[16:])\n"
+                                  "else:\n"
+                                  "    code = compile(src, '<string>', 'exec')\n"
+                                  "del boot_read, h, pyc, src, fie, marshal\n"
+                                  "exec(code)\n";
 
 struct frame_reader {
         unsigned char hdr[8];
