@@ -34,6 +34,7 @@
 #include "plan.h"
 #include "util/debug_pause.h"
 #include "util/error.h"
+#include "util/fdutil.h"
 
 #define START_TIMEOUT_MS 10000
 
@@ -122,6 +123,8 @@ static int launch(struct cage_box *box, struct cage_error *err)
                 r = launcher_enter_cgroup(&box->l, err);
         if (r == 0)
                 r = wait_launched(box, err);
+        if (r == 0) /* read to its end: an idle sandbox holds no fd it does not use */
+                close_fd(&box->l.report_r);
         plan_free(&box->l.plan);
         return r;
 }

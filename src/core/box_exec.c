@@ -26,6 +26,7 @@
 #include "watch.h"
 
 #define STARTED_TIMEOUT_MS 10000
+#define PEAK_MARGIN_BYTES  (1u << 20)
 
 struct exec_state {
         struct cage_box *box;
@@ -322,11 +323,31 @@ static void watch_exec(struct exec_state *st)
 
 /* ---- the verdict ---- */
 
+/* The sandbox's OOM kills so far. Counting them is a walk of the memory
+ * group's subtree on v1, so while the group's peak use is below its limit
+ * (no limit OOM kill can have happened) the first count stands. A kill by
+ * the host's own OOM killer (the machine out of memory) in a sandbox that
+ * never reached its limit is therefore not seen. */
 static uint64_t oom_kills_now(struct cage_box *box)
 {
         struct cgroup_stats s = {0};
-        if (box->l.cg)
-                (void)cage_cgroup_stats(box->l.cg, &s);
+        uint64_t peak = 0;
+        if (!box->l.cg)
+                return 0;
+        /* The margin covers the kernel's rounding of the limit to pages. */
+        bool below = box->memory_bytes && cage_cgroup_memory_peak(box->l.cg, &peak) == 0 &&
+                     peak + PEAK_MARGIN_BYTES < box->memory_bytes;
+        pthread_mutex_lock(&box->lock);
+        bool known = below && box->oom_counted;
+        uint64_t kills = box->oom_kills;
+        pthread_mutex_unlock(&box->lock);
+        if (known)
+                return kills;
+        (void)cage_cgroup_stats(box->l.cg, &s);
+        pthread_mutex_lock(&box->lock);
+        box->oom_counted = true;
+        box->oom_kills = s.oom_kills;
+        pthread_mutex_unlock(&box->lock);
         return s.oom_kills;
 }
 
@@ -536,7 +557,7 @@ int cage_box_proc_usage(struct cage_box_proc *p, struct cage_box_usage *ret, boo
         memset(ret, 0, sizeof(*ret));
         if (!p->st.cg)
                 return 0;
-        int r = cage_cgroup_stats(p->st.cg, &s);
+        int r = cage_cgroup_usage(p->st.cg, &s);
         ret->cpu_ms = s.cpu_usage_ns / 1000000ULL;
         ret->memory_bytes = s.peak_memory_bytes;
         if (with_oom)

@@ -879,6 +879,42 @@ static int stats_v1(struct cage_cgroup *cg, struct cgroup_stats *ret)
         return r;
 }
 
+int cage_cgroup_memory_peak(struct cage_cgroup *cg, uint64_t *ret)
+{
+        *ret = 0;
+        if (cg->backend == CGROUP_BACKEND_V2)
+                return cg->has_memory ? read_u64_at(cg->fd[HIER_UNIFIED], "memory.peak", ret)
+                                      : -EOPNOTSUPP;
+        int fd = cg->backend == CGROUP_BACKEND_V1 ? cg->fd[HIER_MEMORY] : -1;
+        if (fd < 0)
+                return -EOPNOTSUPP;
+        uint64_t memsw = 0;
+        int r = read_u64_at(fd, "memory.max_usage_in_bytes", ret);
+        if (r < 0)
+                return r;
+        r = read_u64_at(fd, "memory.memsw.max_usage_in_bytes", &memsw);
+        if (r < 0 && r != -ENOENT) /* no memsw without swap accounting */
+                return r;
+        if (memsw > *ret)
+                *ret = memsw;
+        return 0;
+}
+
+int cage_cgroup_usage(struct cage_cgroup *cg, struct cgroup_stats *ret)
+{
+        memset(ret, 0, sizeof(*ret));
+        if (cg->backend != CGROUP_BACKEND_V1)
+                return cage_cgroup_stats(cg, ret);
+        int r = 0;
+        if (cg->fd[HIER_CPUACCT] >= 0)
+                r = read_u64_at(cg->fd[HIER_CPUACCT], "cpuacct.usage", &ret->cpu_usage_ns);
+        int fd = cg->fd[HIER_MEMORY];
+        if (fd < 0)
+                return r;
+        (void)read_u64_at(fd, "memory.usage_in_bytes", &ret->memory_bytes);
+        return keep_first(r, read_u64_at(fd, "memory.max_usage_in_bytes", &ret->peak_memory_bytes));
+}
+
 int cage_cgroup_stats(struct cage_cgroup *cg, struct cgroup_stats *ret)
 {
         memset(ret, 0, sizeof(*ret));

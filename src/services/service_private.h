@@ -43,6 +43,7 @@ struct sb {
         struct cage_box *box;  /* NULL while stopped */
         unsigned active;       /* execs running now */
         int64_t created_ms, last_used_ms;
+        int64_t touched_ms; /* when last_used_ms last went to the store */
         char *workspace;              /* the mounted workspace directory, or NULL */
         pthread_mutex_t py_lock;      /* one Python call at a time */
         struct cage_session *session; /* under py_lock; freed by stop (active == 0) */
