@@ -193,12 +193,30 @@ void cage_box_kill_init(struct cage_box *box)
         pthread_mutex_unlock(&box->lock);
 }
 
+/* ---- parking: an idle sandbox holds no cgroup fds ---- */
+
+struct cage_cgroup *box_cgroup(struct cage_box *box)
+{
+        pthread_mutex_lock(&box->lock);
+        (void)cage_cgroup_unpark(box->l.cg);
+        pthread_mutex_unlock(&box->lock);
+        return box->l.cg;
+}
+
+void cage_box_park(struct cage_box *box)
+{
+        pthread_mutex_lock(&box->lock);
+        cage_cgroup_park(box->l.cg);
+        pthread_mutex_unlock(&box->lock);
+}
+
 void cage_box_kill(struct cage_box *box)
 {
         cage_box_kill_init(box);
         /* The cgroup kill also catches anything outside the pid namespace. */
-        if (box->l.cg)
-                cage_cgroup_kill(box->l.cg);
+        struct cage_cgroup *cg = box_cgroup(box);
+        if (cg)
+                cage_cgroup_kill(cg);
 }
 
 struct cage_box *cage_box_destroy(struct cage_box *box)
@@ -210,7 +228,7 @@ struct cage_box *cage_box_destroy(struct cage_box *box)
         pthread_mutex_lock(&box->lock);
         reap_locked(box, true);
         pthread_mutex_unlock(&box->lock);
-        cage_cgroup_destroy(box->l.cg);
+        cage_cgroup_destroy(box_cgroup(box));
         box->l.cg = NULL;
         debug_pause_point("box-cgroup-removed");
         if (box->ctl_fd >= 0)
@@ -229,9 +247,10 @@ int cage_box_usage(struct cage_box *box, struct cage_box_usage *ret)
 {
         struct cgroup_stats s = {0};
         memset(ret, 0, sizeof(*ret));
-        if (!box->l.cg)
+        struct cage_cgroup *cg = box_cgroup(box);
+        if (!cg)
                 return 0;
-        int r = cage_cgroup_stats(box->l.cg, &s);
+        int r = cage_cgroup_stats(cg, &s);
         ret->cpu_ms = s.cpu_usage_ns / 1000000ULL;
         ret->memory_bytes = s.peak_memory_bytes;
         ret->memory_now_bytes = s.memory_bytes;
@@ -247,7 +266,8 @@ void cage_box_attach(struct cage_box *box, void *data, void (*release)(void *dat
 
 int cage_box_set_cpu_weight(struct cage_box *box, unsigned weight)
 {
-        return box->l.cg ? cage_cgroup_set_cpu_weight(box->l.cg, weight) : 0;
+        struct cage_cgroup *cg = box_cgroup(box);
+        return cg ? cage_cgroup_set_cpu_weight(cg, weight) : 0;
 }
 
 const char *cage_box_limits_backend(const struct cage_box *box)

@@ -28,4 +28,8 @@ struct cage_box {
         void (*release_attached)(void *data);
 };
 
+/* The sandbox's cgroup (NULL: none), its directory fds opened again when
+ * it was parked (cage_box_park). Every use of box->l.cg goes through it. */
+struct cage_cgroup *box_cgroup(struct cage_box *box);
+
 #endif

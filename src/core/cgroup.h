@@ -81,6 +81,13 @@ int cage_cgroup_memory_peak(struct cage_cgroup *cg, uint64_t *ret);
 /* Kills every process in the group and waits (bounded) until it is empty:
  * v2 cgroup.kill, v1 freeze + SIGKILL each pid + thaw. */
 int cage_cgroup_kill(struct cage_cgroup *cg);
+/* An idle group need not hold a directory fd per hierarchy: park closes
+ * them, unpark opens the same directories again by path (0, or the first
+ * error; a directory that failed to open is then absent). No other function
+ * may be called on a parked group, nor on its sub-groups' parent; the
+ * caller serialises park and unpark with every other use. NULL is a no-op. */
+void cage_cgroup_park(struct cage_cgroup *cg);
+int cage_cgroup_unpark(struct cage_cgroup *cg);
 /* Kills what is left, removes the group from every hierarchy and frees cg.
  * Accepts NULL. Returns the first error but always frees. */
 int cage_cgroup_destroy(struct cage_cgroup *cg);

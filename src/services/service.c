@@ -35,6 +35,7 @@
 #define REAPER_PERIOD_S     1
 #define STORE_FILE          "sandboxes.db"
 #define INDEX_BUCKETS       8192    /* chains of the registry's index (~8 long at 65536) */
+#define PARK_AFTER_MS       2000    /* idle this long: cgroup fds closed (park_locked) */
 #define NOFILE_WANT         1048576 /* the server's RLIMIT_NOFILE, when it may raise it */
 #define STALE_SWEEP_WAIT_MS 2000    /* for a dead server's sandboxes to empty */
 
@@ -852,6 +853,19 @@ static struct sb **snapshot(struct cage_service *svc, const char *tenant, size_t
         return out;
 }
 
+/* With sb->lock held, no exec running: the sandbox and its session give
+ * back their cgroup directory fds (docs/CONFIG.md, "The server's own
+ * limits"); the next call opens them again. A session busy with a call of
+ * its own (sb->py_lock) is left for the next round. */
+static void park_locked(struct sb *sb)
+{
+        cage_box_park(sb->box);
+        if (pthread_mutex_trylock(&sb->py_lock) != 0)
+                return;
+        cage_session_park(sb->session);
+        pthread_mutex_unlock(&sb->py_lock);
+}
+
 static void stop_idle(struct cage_service *svc)
 {
         int64_t now = clock_wall_ms();
@@ -864,6 +878,9 @@ static void stop_idle(struct cage_service *svc)
                 if (!sb->removed && sb->box && sb->active == 0 && idle &&
                     now - sb->last_used_ms >= (int64_t)idle * 1000)
                         stop_locked(sb, "idle");
+                else if (!sb->removed && sb->box && sb->active == 0 &&
+                         now - sb->last_used_ms >= PARK_AFTER_MS)
+                        park_locked(sb);
                 unlock_unref(sb);
         }
 }

@@ -280,6 +280,12 @@ int cage_session_start(struct cage_box *box, char *const *env, struct cage_sessi
         return 0;
 }
 
+void cage_session_park(struct cage_session *s)
+{
+        if (s)
+                cage_box_proc_park(s->proc);
+}
+
 bool cage_session_alive(struct cage_session *s)
 {
         return !s->dead && !cage_box_proc_exited(s->proc, NULL);
