@@ -618,6 +618,82 @@ int cage_service_sandbox_start(struct cage_service *svc, const char *tenant, con
         return r;
 }
 
+/* ---- removal: the request ends once the sandbox is dead and gone from
+ * the registry, the store and its workspace's name; its teardown (cgroups,
+ * uid slot, unmount, deletion of the image) runs on the disposer threads,
+ * several at a time (their waits are mostly the disk's). After a crash the
+ * start-up sweeps finish what was queued. */
+
+struct disposal {
+        struct cage_box *box;         /* pid 1 killed already */
+        struct cage_session *session; /* of box */
+        char stage[CAGE_WORKSPACE_STAGE_MAX];
+        struct disposal *next;
+};
+
+static void dispose(struct cage_service *svc, struct disposal *d)
+{
+        cage_session_free(d->session);
+        cage_box_destroy(d->box);
+        if (d->stage[0])
+                (void)cage_workspace_destroy_retired(svc->ws_base, d->stage, NULL);
+        free(d);
+}
+
+static void *disposer_main(void *arg)
+{
+        struct cage_service *svc = arg;
+        pthread_mutex_lock(&svc->lock);
+        for (;;) {
+                while (!svc->disposals && !svc->dispose_stop)
+                        pthread_cond_wait(&svc->dispose_cond, &svc->lock);
+                struct disposal *d = svc->disposals;
+                if (!d)
+                        break; /* stopping, and the queue is empty */
+                svc->disposals = d->next;
+                pthread_mutex_unlock(&svc->lock);
+                dispose(svc, d);
+                pthread_mutex_lock(&svc->lock);
+        }
+        pthread_mutex_unlock(&svc->lock);
+        return NULL;
+}
+
+/* Queues d, or (no disposer thread) disposes of it here. */
+static void queue_disposal(struct cage_service *svc, struct disposal *d)
+{
+        pthread_mutex_lock(&svc->lock);
+        bool queued = svc->n_disposers > 0;
+        if (queued) {
+                struct disposal **end = &svc->disposals;
+                while (*end)
+                        end = &(*end)->next;
+                *end = d;
+                pthread_cond_signal(&svc->dispose_cond);
+        }
+        pthread_mutex_unlock(&svc->lock);
+        if (!queued)
+                dispose(svc, d);
+}
+
+/* With sb->lock held: kills pid 1 (its pid namespace ends with it), waits
+ * until no exec uses the box and hands box and session over to d. */
+static void take_box_locked(struct sb *sb, struct disposal *d)
+{
+        if (!sb->box)
+                return;
+        cage_box_kill_init(sb->box);
+        while (sb->active > 0)
+                pthread_cond_wait(&sb->changed, &sb->lock);
+        d->session = sb->session;
+        d->box = sb->box;
+        sb->session = NULL;
+        sb->box = NULL;
+        svc_audit(sb->svc, CAGE_AUDIT_SANDBOX_STOP, sb->tenant, sb->name, svc_labels(sb),
+                  json_pack("{s:s}", "how", "remove"));
+        pthread_cond_broadcast(&sb->changed);
+}
+
 int cage_service_sandbox_remove(struct cage_service *svc, const char *tenant, const char *name,
                                 struct cage_error *err)
 {
@@ -625,19 +701,27 @@ int cage_service_sandbox_remove(struct cage_service *svc, const char *tenant, co
         int r = lookup_locked(svc, tenant, name, &sb, err);
         if (r < 0)
                 return r;
-        stop_locked(sb, "remove");
+        struct disposal *d = calloc(1, sizeof(*d));
+        if (!d) {
+                unlock_unref(sb);
+                return cage_fail(err, -ENOMEM, "remove");
+        }
+        take_box_locked(sb, d);
         debug_pause_point("sandbox-stopped");
         free(sb->workspace);
         sb->workspace = NULL;
-        r = cage_workspace_destroy(svc->ws_base, sb->id, err);
+        r = cage_workspace_retire(svc->ws_base, sb->id, d->stage, err);
         if (r == 0)
                 r = cage_store_delete(svc->store, sb->id, err);
-        if (r < 0) {
+        if (r < 0) { /* stopped, not removed: the store says so */
+                (void)cage_store_set_state(svc->store, sb->id, CAGE_SANDBOX_STOPPED, NULL, NULL);
                 unlock_unref(sb);
+                queue_disposal(svc, d);
                 return r;
         }
         svc_audit(svc, CAGE_AUDIT_SANDBOX_REMOVE, tenant, name, svc_labels(sb), NULL);
         forget_locked(svc, sb);
+        queue_disposal(svc, d);
         return 0;
 }
 
@@ -786,6 +870,11 @@ static int open_parts(struct cage_service *svc, struct cage_error *err)
         if ((r = cage_pool_open(cfg, pool_start_box, svc, &svc->pool, err)) < 0 ||
             (r = cage_upstreams_open(cfg->upstream_servers, &svc->upstreams, err)) < 0)
                 return r;
+        for (size_t i = 0; i < ELEMENTSOF(svc->disposers); i++) {
+                if ((r = -pthread_create(&svc->disposers[i], NULL, disposer_main, svc)) < 0)
+                        return cage_fail(err, r, "starting the disposer threads");
+                svc->n_disposers++;
+        }
         r = -pthread_create(&svc->reaper, NULL, reaper_main, svc);
         svc->reaper_running = r == 0;
         return r < 0 ? cage_fail(err, r, "starting the idle reaper") : 0;
@@ -822,6 +911,7 @@ int cage_service_open(const struct cage_config *cfg, struct cage_service **ret,
         svc->cfg = cfg;
         pthread_mutex_init(&svc->lock, NULL);
         pthread_cond_init(&svc->reaper_cond, NULL);
+        pthread_cond_init(&svc->dispose_cond, NULL);
         raise_nofile();
         svc->index = calloc(INDEX_BUCKETS, sizeof(*svc->index));
         int r = svc->index ? open_parts(svc, err) : cage_fail(err, -ENOMEM, "service");
@@ -916,6 +1006,12 @@ struct cage_service *cage_service_close(struct cage_service *svc)
                 pthread_mutex_unlock(&svc->lock);
                 pthread_join(svc->reaper, NULL);
         }
+        pthread_mutex_lock(&svc->lock); /* the disposers finish the queue first */
+        svc->dispose_stop = true;
+        pthread_cond_broadcast(&svc->dispose_cond);
+        pthread_mutex_unlock(&svc->lock);
+        for (size_t i = 0; i < svc->n_disposers; i++)
+                pthread_join(svc->disposers[i], NULL);
         for (struct sb *sb = svc->list, *next; sb; sb = next) {
                 next = sb->next;
                 pthread_mutex_lock(&sb->lock);
@@ -938,6 +1034,7 @@ struct cage_service *cage_service_close(struct cage_service *svc)
         free(svc->index);
         pthread_mutex_destroy(&svc->lock);
         pthread_cond_destroy(&svc->reaper_cond);
+        pthread_cond_destroy(&svc->dispose_cond);
         free(svc);
         return NULL;
 }

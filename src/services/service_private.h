@@ -43,7 +43,7 @@ struct sb {
         struct cage_box *box;  /* NULL while stopped */
         unsigned active;       /* execs running now */
         int64_t created_ms, last_used_ms;
-        int64_t touched_ms; /* when last_used_ms last went to the store */
+        int64_t touched_ms;           /* when last_used_ms last went to the store */
         char *workspace;              /* the mounted workspace directory, or NULL */
         pthread_mutex_t py_lock;      /* one Python call at a time */
         struct cage_session *session; /* under py_lock; freed by stop (active == 0) */
@@ -74,6 +74,12 @@ struct cage_service {
         pthread_t reaper;
         bool reaper_running, reaper_stop;
         pthread_cond_t reaper_cond;
+        /* Removed sandboxes torn down off the request path (service.c). */
+        pthread_t disposers[4];
+        size_t n_disposers;
+        struct disposal *disposals; /* queued, under lock */
+        pthread_cond_t dispose_cond;
+        bool dispose_stop;
 };
 
 /* The sandbox's labels (borrowed). */

@@ -1148,6 +1148,48 @@ int cage_workspace_destroy(const char *base, const char *id, struct cage_error *
         return 0;
 }
 
+int cage_workspace_retire(const char *base, const char *id, char *stage, struct cage_error *err)
+{
+        _cleanup_ws_ struct ws w = WS_INIT;
+        stage[0] = '\0';
+        int r = ws_open(base, id, &w, err);
+        if (r < 0 || w.dir_fd < 0)
+                return r;
+        char name[STAGE_NAME_MAX];
+        r = stage_make(w.base_fd, DELETING_PREFIX, id, name);
+        if (r == 0 && renameat(w.base_fd, id, w.base_fd, name) < 0) {
+                r = -errno;
+                (void)unlinkat(w.base_fd, name, AT_REMOVEDIR);
+        }
+        if (r < 0)
+                return cage_fail(err, r, "workspace %s: move aside for deletion", id);
+        snprintf(stage, CAGE_WORKSPACE_STAGE_MAX, "%s", name);
+        return 0;
+}
+
+int cage_workspace_destroy_retired(const char *base, const char *stage, struct cage_error *err)
+{
+        if (strncmp(stage, DELETING_PREFIX, strlen(DELETING_PREFIX)) != 0 || strchr(stage, '/') ||
+            strlen(stage) >= STAGE_NAME_MAX)
+                return cage_fail(err, -EINVAL, "not a retired workspace: \"%.80s\"", stage);
+        _cleanup_ws_ struct ws w = WS_INIT;
+        w.id = stage;
+        w.base_fd = open_base(base, &w.base, err);
+        if (w.base_fd < 0)
+                return w.base_fd;
+        w.dir_fd = openat(w.base_fd, stage, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (w.dir_fd < 0)
+                return errno == ENOENT ? 0 : cage_fail(err, -errno, "open %s/%s", w.base, stage);
+        int r = unmount_mnt(&w, err);
+        if (r < 0)
+                return r;
+        debug_pause_point("workspace-unmounted");
+        if ((r = loops_release(&w, err)) < 0)
+                return r;
+        r = rm_tree_at(w.base_fd, stage);
+        return r < 0 ? cage_fail(err, r, "remove %s/%s", w.base, stage) : 0;
+}
+
 /* ---- usage ------------------------------------------------------------ */
 
 struct du {
