@@ -75,9 +75,53 @@ def meminfo():
     return m
 
 
+KERNEL_KEYS = ("Slab", "KernelStack", "PageTables", "Percpu")
+
+
+def kernel_bytes():
+    """Memory the kernel holds in objects: less noisy than MemAvailable on a
+    shared machine (others' page cache and heaps do not move it much)."""
+    m = meminfo()
+    return sum(m.get(k, 0) for k in KERNEL_KEYS)
+
+
 def mem_used():
     m = meminfo()
     return m["MemTotal"] - m["MemAvailable"], m["MemTotal"] - m["MemFree"] - m["Buffers"] - m["Cached"] - m["SReclaimable"]
+
+
+def descendants(pid):
+    """Every process beneath pid (the sandboxes' init and what runs in them)."""
+    children = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(d))
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def pss_kib(pids):
+    """Sum of Pss (and of page tables) over pids, KiB."""
+    pss = pte = 0
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/smaps_rollup") as f:
+                pss += next(int(l.split()[1]) for l in f if l.startswith("Pss:"))
+            with open(f"/proc/{p}/status") as f:
+                pte += next(int(l.split()[1]) for l in f if l.startswith("VmPTE:"))
+        except (OSError, StopIteration):
+            pass
+    return pss, pte
 
 
 def settle():
@@ -138,10 +182,14 @@ def leftovers(data, pid):
         except OSError:
             pass
     out["uid slots held"] = slots
-    out["loop devices on data"] = sum(
-        1 for d in os.listdir("/sys/block") if d.startswith("loop") and
-        data in (open(f"/sys/block/{d}/loop/backing_file").read()
-                 if os.path.exists(f"/sys/block/{d}/loop/backing_file") else ""))
+    loops = 0
+    for d in os.listdir("/sys/block"):
+        try:
+            with open(f"/sys/block/{d}/loop/backing_file") as f:
+                loops += data in f.read()
+        except OSError:  # not a loop device, unbound, or just gone
+            pass
+    out["loop devices on data"] = loops
     with open(f"/proc/{pid}/mountinfo") as f:
         out["mounts under data"] = sum(1 for l in f if data in l)
     return out
@@ -181,7 +229,18 @@ def main():
 
     settle()
     a0, u0 = mem_used()
+    k0 = kernel_bytes()
     srv = subprocess.Popen([binary, "serve", "--config", cfgp], stderr=subprocess.DEVNULL)
+    try:
+        run(a, n, block, data, sock, srv, base, a0, u0, k0)
+    finally:
+        srv.terminate()
+        srv.wait()
+        if not a.data:
+            shutil.rmtree(data, ignore_errors=True)
+
+
+def run(a, n, block, data, sock, srv, base, a0, u0, k0):
     for _ in range(200):
         if os.path.exists(sock):
             break
@@ -257,9 +316,18 @@ def main():
     print(f"server, all idle: {fdk} fds ({(fdk - fd0) / max(k, 1):.2f} per sandbox), "
           f"{thk} threads")
     a1, u1 = mem_used()
+    k1 = kernel_bytes()
     if k:
         print(f"memory per idle sandbox with its session: {(a1 - a0) / k / 2**20:.2f} MiB of "
               f"MemAvailable, {(u1 - u0) / k / 2**20:.2f} MiB used (n={k})")
+    if k:
+        pss, pte = pss_kib(descendants(srv.pid))
+        print(f"  of which the sandboxes' processes: {pss / k / 1024:.2f} MiB Pss + "
+              f"{pte / k / 1024:.2f} MiB page tables each; the server "
+              f"{pss_kib([srv.pid])[0] / 1024:.0f} MiB Pss in all")
+        print(f"  kernel objects ({' + '.join(KERNEL_KEYS)}): {(k1 - k0) / k / 2**20:.2f} MiB "
+              f"each (namespaces, cgroups, the workspace's loop device and ext4, sockets, "
+              f"page tables)")
     for what, (av, us) in base.items():
         print(f"  baseline {what}: {av:.2f} MiB of MemAvailable, {us:.2f} MiB used")
 
@@ -283,10 +351,6 @@ def main():
         print(f"all {k} torn down (nothing left) after {dt_all:.1f} s: {k / dt_all:.1f}/s")
     print(f"server after removal: {fds(srv.pid)} fds (start {fd0}), {threads(srv.pid)} threads")
     print(f"server children left: {len(kids)}; left in the server:", left)
-    srv.terminate()
-    srv.wait()
-    if not a.data:
-        shutil.rmtree(data, ignore_errors=True)
 
 
 if __name__ == "__main__":
