@@ -1,8 +1,11 @@
 """codecage's Python session driver: one persistent Python namespace in a sandbox.
 
 This is the only code of codecage that runs inside the sandbox as the user.
-The server starts it as `python3 -I -c <this text>` with fd 3 as the session
-channel and speaks docs/SESSION-PROTOCOL.md over it: the driver runs code in
+The server starts `python3 -I -c <a bootstrap>` with fd 3 as the session
+channel; the bootstrap reads this driver from the channel (as bytecode compiled
+at build time when the interpreter's MAGIC_NUMBER matches, else as this text)
+and runs it as __main__. The server then speaks docs/SESSION-PROTOCOL.md over
+the channel: the driver runs code in
 one namespace, moves variables in and out of it, and relays the code's host
 calls (llm_query, tools, ...) to the server.
 

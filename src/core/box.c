@@ -34,6 +34,7 @@
 #include "plan.h"
 #include "util/debug_pause.h"
 #include "util/error.h"
+#include "util/fdutil.h"
 
 #define START_TIMEOUT_MS 10000
 
@@ -122,6 +123,8 @@ static int launch(struct cage_box *box, struct cage_error *err)
                 r = launcher_enter_cgroup(&box->l, err);
         if (r == 0)
                 r = wait_launched(box, err);
+        if (r == 0) /* read to its end: an idle sandbox holds no fd it does not use */
+                close_fd(&box->l.report_r);
         plan_free(&box->l.plan);
         return r;
 }
@@ -190,12 +193,30 @@ void cage_box_kill_init(struct cage_box *box)
         pthread_mutex_unlock(&box->lock);
 }
 
+/* ---- parking: an idle sandbox holds no cgroup fds ---- */
+
+struct cage_cgroup *box_cgroup(struct cage_box *box)
+{
+        pthread_mutex_lock(&box->lock);
+        (void)cage_cgroup_unpark(box->l.cg);
+        pthread_mutex_unlock(&box->lock);
+        return box->l.cg;
+}
+
+void cage_box_park(struct cage_box *box)
+{
+        pthread_mutex_lock(&box->lock);
+        cage_cgroup_park(box->l.cg);
+        pthread_mutex_unlock(&box->lock);
+}
+
 void cage_box_kill(struct cage_box *box)
 {
         cage_box_kill_init(box);
         /* The cgroup kill also catches anything outside the pid namespace. */
-        if (box->l.cg)
-                cage_cgroup_kill(box->l.cg);
+        struct cage_cgroup *cg = box_cgroup(box);
+        if (cg)
+                cage_cgroup_kill(cg);
 }
 
 struct cage_box *cage_box_destroy(struct cage_box *box)
@@ -207,7 +228,7 @@ struct cage_box *cage_box_destroy(struct cage_box *box)
         pthread_mutex_lock(&box->lock);
         reap_locked(box, true);
         pthread_mutex_unlock(&box->lock);
-        cage_cgroup_destroy(box->l.cg);
+        cage_cgroup_destroy(box_cgroup(box));
         box->l.cg = NULL;
         debug_pause_point("box-cgroup-removed");
         if (box->ctl_fd >= 0)
@@ -226,9 +247,10 @@ int cage_box_usage(struct cage_box *box, struct cage_box_usage *ret)
 {
         struct cgroup_stats s = {0};
         memset(ret, 0, sizeof(*ret));
-        if (!box->l.cg)
+        struct cage_cgroup *cg = box_cgroup(box);
+        if (!cg)
                 return 0;
-        int r = cage_cgroup_stats(box->l.cg, &s);
+        int r = cage_cgroup_stats(cg, &s);
         ret->cpu_ms = s.cpu_usage_ns / 1000000ULL;
         ret->memory_bytes = s.peak_memory_bytes;
         ret->memory_now_bytes = s.memory_bytes;
@@ -244,7 +266,8 @@ void cage_box_attach(struct cage_box *box, void *data, void (*release)(void *dat
 
 int cage_box_set_cpu_weight(struct cage_box *box, unsigned weight)
 {
-        return box->l.cg ? cage_cgroup_set_cpu_weight(box->l.cg, weight) : 0;
+        struct cage_cgroup *cg = box_cgroup(box);
+        return cg ? cage_cgroup_set_cpu_weight(cg, weight) : 0;
 }
 
 const char *cage_box_limits_backend(const struct cage_box *box)

@@ -77,6 +77,10 @@ void cage_box_proc_signal(struct cage_box_proc *p, int sig);
  * sandbox's OOM kills (one more read). */
 int cage_box_proc_usage(struct cage_box_proc *p, struct cage_box_usage *ret, bool with_oom);
 struct cage_box_proc *cage_box_proc_free(struct cage_box_proc *p);
+/* An idle process need not hold its cgroup's directory fds (5 on v1):
+ * parked, they are opened again by the next call that needs them. Only
+ * while no other thread uses p (or calls cage_box_proc_* on it). */
+void cage_box_proc_park(struct cage_box_proc *p);
 
 /* Whether pid 1 is still there (it is gone after an OOM kill of it, or a
  * kill). */
@@ -88,6 +92,10 @@ int cage_box_usage(struct cage_box *box, struct cage_box_usage *ret);
  * attachment per sandbox. */
 void cage_box_attach(struct cage_box *box, void *data, void (*release)(void *data));
 int cage_box_set_cpu_weight(struct cage_box *box, unsigned weight);
+/* An idle sandbox need not hold its cgroup's directory fds (5 on v1):
+ * parked, they are opened again by the next call that needs them. Only
+ * while no exec runs and no other thread calls into box. */
+void cage_box_park(struct cage_box *box);
 pid_t cage_box_init_pid(const struct cage_box *box);
 /* A pidfd of pid 1 (borrowed: valid until cage_box_destroy). */
 int cage_box_pidfd(const struct cage_box *box);

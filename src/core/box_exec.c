@@ -26,6 +26,7 @@
 #include "watch.h"
 
 #define STARTED_TIMEOUT_MS 10000
+#define PEAK_MARGIN_BYTES  (1u << 20)
 
 struct exec_state {
         struct cage_box *box;
@@ -42,6 +43,16 @@ struct exec_state {
         int wait_status, fail_errno;
         struct cgroup_stats stats;
 };
+
+/* The exec's own cgroup (NULL: none), opened again when it was parked
+ * (cage_box_proc_park). */
+static struct cage_cgroup *exec_cgroup(struct exec_state *st)
+{
+        pthread_mutex_lock(&st->box->lock);
+        (void)cage_cgroup_unpark(st->cg);
+        pthread_mutex_unlock(&st->box->lock);
+        return st->cg;
+}
 
 /* ---- the request ---- */
 
@@ -244,13 +255,14 @@ static int place(struct exec_state *st, struct cage_error *err)
         int r = wait_started(st, err);
         if (r < 0)
                 return r;
-        if (st->box->l.cg) {
+        struct cage_cgroup *parent = box_cgroup(st->box);
+        if (parent) {
                 char leaf[32];
                 st->host_pid = find_host_pid(st->box->l.pid, st->inner_pid);
                 if (st->host_pid <= 0)
                         return cage_fail(err, -ESRCH, "finding the exec's process");
                 snprintf(leaf, sizeof(leaf), "e%u", st->id);
-                if ((r = cage_cgroup_create_child(st->box->l.cg, leaf, &st->cg, err)) < 0 ||
+                if ((r = cage_cgroup_create_child(parent, leaf, &st->cg, err)) < 0 ||
                     (r = cage_cgroup_attach(st->cg, st->host_pid, err)) < 0)
                         return r;
         }
@@ -311,7 +323,7 @@ static void watch_exec(struct exec_state *st)
         const struct watch_fd fds[] = {{&st->status_r, on_status_ready},
                                        {&st->box->l.pidfd, on_box_exit}};
         watch_loop(&st->w, fds, 2, exec_done, st);
-        if (st->cg) {
+        if (exec_cgroup(st)) {
                 (void)cage_cgroup_stats(st->cg, &st->stats);
                 (void)cage_cgroup_kill(st->cg);
         } else {
@@ -322,11 +334,32 @@ static void watch_exec(struct exec_state *st)
 
 /* ---- the verdict ---- */
 
+/* The sandbox's OOM kills so far. Counting them is a walk of the memory
+ * group's subtree on v1, so while the group's peak use is below its limit
+ * (no limit OOM kill can have happened) the first count stands. A kill by
+ * the host's own OOM killer (the machine out of memory) in a sandbox that
+ * never reached its limit is therefore not seen. */
 static uint64_t oom_kills_now(struct cage_box *box)
 {
         struct cgroup_stats s = {0};
-        if (box->l.cg)
-                (void)cage_cgroup_stats(box->l.cg, &s);
+        uint64_t peak = 0;
+        struct cage_cgroup *cg = box_cgroup(box);
+        if (!cg)
+                return 0;
+        /* The margin covers the kernel's rounding of the limit to pages. */
+        bool below = box->memory_bytes && cage_cgroup_memory_peak(cg, &peak) == 0 &&
+                     peak + PEAK_MARGIN_BYTES < box->memory_bytes;
+        pthread_mutex_lock(&box->lock);
+        bool known = below && box->oom_counted;
+        uint64_t kills = box->oom_kills;
+        pthread_mutex_unlock(&box->lock);
+        if (known)
+                return kills;
+        (void)cage_cgroup_stats(cg, &s);
+        pthread_mutex_lock(&box->lock);
+        box->oom_counted = true;
+        box->oom_kills = s.oom_kills;
+        pthread_mutex_unlock(&box->lock);
         return s.oom_kills;
 }
 
@@ -334,7 +367,7 @@ static void collect_usage(struct exec_state *st, struct cage_result *res)
 {
         res->cpu_ms = st->stats.cpu_usage_ns / 1000000ULL;
         res->peak_memory_bytes = st->stats.peak_memory_bytes;
-        if (!res->peak_memory_bytes && st->box->l.cg) {
+        if (!res->peak_memory_bytes && box_cgroup(st->box)) {
                 /* v2 sub-groups have no memory controller: the sandbox's peak. */
                 struct cgroup_stats s = {0};
                 (void)cage_cgroup_stats(st->box->l.cg, &s);
@@ -382,7 +415,7 @@ static void judge(struct exec_state *st, struct cage_result *res)
 
 static void cleanup(struct exec_state *st)
 {
-        cage_cgroup_destroy(st->cg);
+        cage_cgroup_destroy(exec_cgroup(st));
         st->cg = NULL;
         for (int i = 0; i < BOX_FD_MAX; i++)
                 close_fd(&st->child[i]);
@@ -440,7 +473,7 @@ int cage_box_exec(struct cage_box *box, const struct cage_exec *ex,
                 signal_exec(&st, SIGKILL);
         if (r == 0)
                 watch_exec(&st);
-        else if (st.cg)
+        else if (exec_cgroup(&st))
                 (void)cage_cgroup_kill(st.cg);
         if (r < 0) {
                 cleanup(&st);
@@ -534,9 +567,9 @@ int cage_box_proc_usage(struct cage_box_proc *p, struct cage_box_usage *ret, boo
 {
         struct cgroup_stats s = {0};
         memset(ret, 0, sizeof(*ret));
-        if (!p->st.cg)
+        if (!exec_cgroup(&p->st))
                 return 0;
-        int r = cage_cgroup_stats(p->st.cg, &s);
+        int r = cage_cgroup_usage(p->st.cg, &s);
         ret->cpu_ms = s.cpu_usage_ns / 1000000ULL;
         ret->memory_bytes = s.peak_memory_bytes;
         if (with_oom)
@@ -549,11 +582,18 @@ struct cage_box_proc *cage_box_proc_free(struct cage_box_proc *p)
         if (!p)
                 return NULL;
         struct exec_state *st = &p->st;
-        if (st->cg)
+        if (exec_cgroup(st))
                 (void)cage_cgroup_kill(st->cg);
         else if (st->id)
                 signal_exec(st, SIGKILL);
         cleanup(st);
         free(p);
         return NULL;
+}
+
+void cage_box_proc_park(struct cage_box_proc *p)
+{
+        pthread_mutex_lock(&p->st.box->lock);
+        cage_cgroup_park(p->st.cg);
+        pthread_mutex_unlock(&p->st.box->lock);
 }

@@ -22,8 +22,14 @@ struct cage_box {
         char **envp;   /* the sandbox's own environment (plan), owned */
         char *workdir; /* where execs start unless they say (the spec\'s workdir), owned */
         uint64_t memory_bytes, cpu_time_ms; /* the spec's, for verdicts */
+        bool oom_counted;                   /* oom_kills was counted (box_exec.c) */
+        uint64_t oom_kills;                 /* ... and found this many */
         void *attached;                     /* cage_box_attach() */
         void (*release_attached)(void *data);
 };
+
+/* The sandbox's cgroup (NULL: none), its directory fds opened again when
+ * it was parked (cage_box_park). Every use of box->l.cg goes through it. */
+struct cage_cgroup *box_cgroup(struct cage_box *box);
 
 #endif

@@ -85,9 +85,14 @@ struct cage_cgroup {
         bool has_memory, has_pids, has_cpu; /* v2 controllers */
         char base[256];                     /* v1_root or v2_parent */
         char name[GROUP_NAME_MAX + 1];
-        struct cage_cgroup *parent; /* a sub-group's parent, which outlives it */
-        uint64_t retired_oom_kills; /* v1: OOM kills counted in removed sub-groups */
+        struct cage_cgroup *parent;      /* a sub-group's parent, which outlives it */
+        bool parked;                     /* fd[] closed by cage_cgroup_park() */
+        signed char parked_fd[HIER_MAX]; /* then: PARKED_NONE, PARKED_OWN or the alias's j */
+        uint64_t retired_oom_kills;      /* v1: OOM kills counted in removed sub-groups */
 };
+
+#define PARKED_NONE (-2) /* no directory in this hierarchy */
+#define PARKED_OWN  (-1) /* a directory of its own, opened again by path */
 
 const char *cgroup_backend_to_string(enum cgroup_backend b)
 {
@@ -884,6 +889,42 @@ static int stats_v1(struct cage_cgroup *cg, struct cgroup_stats *ret)
         return r;
 }
 
+int cage_cgroup_memory_peak(struct cage_cgroup *cg, uint64_t *ret)
+{
+        *ret = 0;
+        if (cg->backend == CGROUP_BACKEND_V2)
+                return cg->has_memory ? read_u64_at(cg->fd[HIER_UNIFIED], "memory.peak", ret)
+                                      : -EOPNOTSUPP;
+        int fd = cg->backend == CGROUP_BACKEND_V1 ? cg->fd[HIER_MEMORY] : -1;
+        if (fd < 0)
+                return -EOPNOTSUPP;
+        uint64_t memsw = 0;
+        int r = read_u64_at(fd, "memory.max_usage_in_bytes", ret);
+        if (r < 0)
+                return r;
+        r = read_u64_at(fd, "memory.memsw.max_usage_in_bytes", &memsw);
+        if (r < 0 && r != -ENOENT) /* no memsw without swap accounting */
+                return r;
+        if (memsw > *ret)
+                *ret = memsw;
+        return 0;
+}
+
+int cage_cgroup_usage(struct cage_cgroup *cg, struct cgroup_stats *ret)
+{
+        memset(ret, 0, sizeof(*ret));
+        if (cg->backend != CGROUP_BACKEND_V1)
+                return cage_cgroup_stats(cg, ret);
+        int r = 0;
+        if (cg->fd[HIER_CPUACCT] >= 0)
+                r = read_u64_at(cg->fd[HIER_CPUACCT], "cpuacct.usage", &ret->cpu_usage_ns);
+        int fd = cg->fd[HIER_MEMORY];
+        if (fd < 0)
+                return r;
+        (void)read_u64_at(fd, "memory.usage_in_bytes", &ret->memory_bytes);
+        return keep_first(r, read_u64_at(fd, "memory.max_usage_in_bytes", &ret->peak_memory_bytes));
+}
+
 int cage_cgroup_stats(struct cage_cgroup *cg, struct cgroup_stats *ret)
 {
         memset(ret, 0, sizeof(*ret));
@@ -1065,6 +1106,41 @@ static void retire_oom_kills(struct cage_cgroup *cg)
                 return;
         if (stats_v1(cg, &s) >= 0 && s.oom_kills)
                 __atomic_add_fetch(&cg->parent->retired_oom_kills, s.oom_kills, __ATOMIC_RELAXED);
+}
+
+void cage_cgroup_park(struct cage_cgroup *cg)
+{
+        if (!cg || cg->parked)
+                return;
+        for (int i = 0; i < HIER_MAX; i++) {
+                cg->parked_fd[i] = cg->fd[i] < 0 ? PARKED_NONE : PARKED_OWN;
+                for (int j = 0; cg->alias[i] && j < i; j++)
+                        if (cg->fd[j] == cg->fd[i])
+                                cg->parked_fd[i] = (signed char)j;
+        }
+        close_fds(cg);
+        cg->parked = true;
+}
+
+int cage_cgroup_unpark(struct cage_cgroup *cg)
+{
+        if (!cg || !cg->parked)
+                return 0;
+        int r = 0;
+        for (int i = 0; i < HIER_MAX; i++) {
+                char path[512];
+                if (cg->parked_fd[i] != PARKED_OWN)
+                        continue;
+                int q = group_path(cg, i, path, sizeof(path));
+                if (q == 0 && (cg->fd[i] = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
+                        q = -errno;
+                r = keep_first(r, q);
+        }
+        for (int i = 0; i < HIER_MAX; i++)
+                if (cg->parked_fd[i] >= 0)
+                        cg->fd[i] = cg->fd[cg->parked_fd[i]];
+        cg->parked = false;
+        return r;
 }
 
 int cage_cgroup_destroy(struct cage_cgroup *cg)

@@ -73,9 +73,25 @@ int cage_cgroup_attach(struct cage_cgroup *cg, pid_t pid, struct cage_error *err
 int cage_cgroup_clone_fd(const struct cage_cgroup *cg);
 /* Reads usage counters; fields a backend cannot tell are left 0. */
 int cage_cgroup_stats(struct cage_cgroup *cg, struct cgroup_stats *ret);
+/* cage_cgroup_stats() without oom_kills (which v1 counts over the subtree,
+ * a directory walk): cpu time and memory only. */
+int cage_cgroup_usage(struct cage_cgroup *cg, struct cgroup_stats *ret);
+/* The group's peak memory use since it was made (v1: the larger of
+ * memory.max_usage_in_bytes and memory.memsw.max_usage_in_bytes, v2:
+ * memory.peak, 5.19+). The group's OOM killer runs only once its use has
+ * reached its limit, so while the peak stays below the limit its OOM kills
+ * stay 0. -EOPNOTSUPP without a memory controller. */
+int cage_cgroup_memory_peak(struct cage_cgroup *cg, uint64_t *ret);
 /* Kills every process in the group and waits (bounded) until it is empty:
  * v2 cgroup.kill, v1 freeze + SIGKILL each pid + thaw. */
 int cage_cgroup_kill(struct cage_cgroup *cg);
+/* An idle group need not hold a directory fd per hierarchy: park closes
+ * them, unpark opens the same directories again by path (0, or the first
+ * error; a directory that failed to open is then absent). No other function
+ * may be called on a parked group, nor on its sub-groups' parent; the
+ * caller serialises park and unpark with every other use. NULL is a no-op. */
+void cage_cgroup_park(struct cage_cgroup *cg);
+int cage_cgroup_unpark(struct cage_cgroup *cg);
 /* Kills what is left, removes the group from every hierarchy and frees cg.
  * Accepts NULL. Returns the first error but always frees. */
 int cage_cgroup_destroy(struct cage_cgroup *cg);

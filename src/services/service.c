@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -29,11 +30,14 @@
 #include "util/clock.h"
 #include "util/debug_pause.h"
 #include "util/error.h"
+#include "util/fdutil.h"
 
 #define REAPER_PERIOD_S     1
 #define STORE_FILE          "sandboxes.db"
-#define LIST_MAX            4096 /* sandboxes one list shows */
-#define STALE_SWEEP_WAIT_MS 2000 /* for a dead server's sandboxes to empty */
+#define INDEX_BUCKETS       8192    /* chains of the registry's index (~8 long at 65536) */
+#define PARK_AFTER_MS       2000    /* idle this long: cgroup fds closed (park_locked) */
+#define NOFILE_WANT         1048576 /* the server's RLIMIT_NOFILE, when it may raise it */
+#define STALE_SWEEP_WAIT_MS 2000    /* for a dead server's sandboxes to empty */
 
 int cage_service_http_status(int r)
 {
@@ -133,21 +137,57 @@ static void sb_free(struct sb *sb)
         free(sb);
 }
 
+/* The registry: a doubly linked list of every entry and an index by
+ * (tenant, name), so that lookups, creations and removals cost the same
+ * with 10 or 10,000 sandboxes. Both under svc->lock. */
+static struct sb **bucket(struct cage_service *svc, const char *tenant, const char *name)
+{
+        uint32_t h = 2166136261u; /* FNV-1a over "tenant\0name" */
+        for (const char *p = tenant;; p++) {
+                h = (h ^ (unsigned char)*p) * 16777619u;
+                if (!*p)
+                        break;
+        }
+        for (const char *p = name; *p; p++)
+                h = (h ^ (unsigned char)*p) * 16777619u;
+        return &svc->index[h % INDEX_BUCKETS];
+}
+
 static struct sb *find_locked(struct cage_service *svc, const char *tenant, const char *name)
 {
-        for (struct sb *sb = svc->list; sb; sb = sb->next)
+        for (struct sb *sb = *bucket(svc, tenant, name); sb; sb = sb->hnext)
                 if (strcmp(sb->tenant, tenant) == 0 && strcmp(sb->name, name) == 0)
                         return sb;
         return NULL;
 }
 
+static void link_locked(struct cage_service *svc, struct sb *sb)
+{
+        sb->prev = NULL;
+        sb->next = svc->list;
+        if (svc->list)
+                svc->list->prev = sb;
+        svc->list = sb;
+        struct sb **b = bucket(svc, sb->tenant, sb->name);
+        sb->hnext = *b;
+        *b = sb;
+        svc->count++;
+}
+
 static void unlink_locked(struct cage_service *svc, struct sb *gone)
 {
-        for (struct sb **p = &svc->list; *p; p = &(*p)->next)
+        if (gone->prev)
+                gone->prev->next = gone->next;
+        else
+                svc->list = gone->next;
+        if (gone->next)
+                gone->next->prev = gone->prev;
+        for (struct sb **p = bucket(svc, gone->tenant, gone->name); *p; p = &(*p)->hnext)
                 if (*p == gone) {
-                        *p = gone->next;
-                        return;
+                        *p = gone->hnext;
+                        break;
                 }
+        svc->count--;
 }
 
 int svc_lookup(struct cage_service *svc, const char *tenant, const char *name, struct sb **ret,
@@ -201,7 +241,7 @@ static void unlock_unref(struct sb *sb)
         svc_unref(sb);
 }
 
-static size_t snapshot(struct cage_service *svc, const char *tenant, struct sb **out);
+static struct sb **snapshot(struct cage_service *svc, const char *tenant, size_t *ret_n);
 
 /* ---- lifecycle (sb->lock held) ---- */
 
@@ -366,6 +406,8 @@ static json_t *info_locked(struct sb *sb)
 
 static int count_tenant(struct cage_service *svc, const char *tenant)
 {
+        if (svc->cfg->n_tenants == 0) /* one tenant: every entry is its */
+                return (int)svc->count;
         int n = 0;
         for (struct sb *sb = svc->list; sb; sb = sb->next)
                 n += strcmp(sb->tenant, tenant) == 0;
@@ -393,8 +435,7 @@ static int reserve(struct cage_service *svc, const char *tenant, struct svc_spec
                 sb->refs = 2; /* the registry's and ours */
                 sb->spec = spec;
                 pthread_mutex_lock(&sb->lock);
-                sb->next = svc->list;
-                svc->list = sb;
+                link_locked(svc, sb);
         }
         pthread_mutex_unlock(&svc->lock);
         *ret = sb;
@@ -514,10 +555,10 @@ int cage_service_sandbox_list(struct cage_service *svc, const char *tenant,
 {
         if (label_filter && (!strchr(label_filter, '=') || strlen(label_filter) > 512))
                 return cage_fail(err, -EINVAL, "label: the filter is KEY=VALUE");
-        _cleanup_free_ struct sb **found = calloc(LIST_MAX, sizeof(*found));
+        size_t n;
+        _cleanup_free_ struct sb **found = snapshot(svc, tenant, &n);
         if (!found)
                 return cage_fail(err, -ENOMEM, "list");
-        size_t n = snapshot(svc, tenant, found);
         json_t **items = calloc(n ? n : 1, sizeof(*items));
         size_t k = 0;
         for (size_t i = 0; i < n; i++) {
@@ -577,6 +618,82 @@ int cage_service_sandbox_start(struct cage_service *svc, const char *tenant, con
         return r;
 }
 
+/* ---- removal: the request ends once the sandbox is dead and gone from
+ * the registry, the store and its workspace's name; its teardown (cgroups,
+ * uid slot, unmount, deletion of the image) runs on the disposer threads,
+ * several at a time (their waits are mostly the disk's). After a crash the
+ * start-up sweeps finish what was queued. */
+
+struct disposal {
+        struct cage_box *box;         /* pid 1 killed already */
+        struct cage_session *session; /* of box */
+        char stage[CAGE_WORKSPACE_STAGE_MAX];
+        struct disposal *next;
+};
+
+static void dispose(struct cage_service *svc, struct disposal *d)
+{
+        cage_session_free(d->session);
+        cage_box_destroy(d->box);
+        if (d->stage[0])
+                (void)cage_workspace_destroy_retired(svc->ws_base, d->stage, NULL);
+        free(d);
+}
+
+static void *disposer_main(void *arg)
+{
+        struct cage_service *svc = arg;
+        pthread_mutex_lock(&svc->lock);
+        for (;;) {
+                while (!svc->disposals && !svc->dispose_stop)
+                        pthread_cond_wait(&svc->dispose_cond, &svc->lock);
+                struct disposal *d = svc->disposals;
+                if (!d)
+                        break; /* stopping, and the queue is empty */
+                svc->disposals = d->next;
+                pthread_mutex_unlock(&svc->lock);
+                dispose(svc, d);
+                pthread_mutex_lock(&svc->lock);
+        }
+        pthread_mutex_unlock(&svc->lock);
+        return NULL;
+}
+
+/* Queues d, or (no disposer thread) disposes of it here. */
+static void queue_disposal(struct cage_service *svc, struct disposal *d)
+{
+        pthread_mutex_lock(&svc->lock);
+        bool queued = svc->n_disposers > 0;
+        if (queued) {
+                struct disposal **end = &svc->disposals;
+                while (*end)
+                        end = &(*end)->next;
+                *end = d;
+                pthread_cond_signal(&svc->dispose_cond);
+        }
+        pthread_mutex_unlock(&svc->lock);
+        if (!queued)
+                dispose(svc, d);
+}
+
+/* With sb->lock held: kills pid 1 (its pid namespace ends with it), waits
+ * until no exec uses the box and hands box and session over to d. */
+static void take_box_locked(struct sb *sb, struct disposal *d)
+{
+        if (!sb->box)
+                return;
+        cage_box_kill_init(sb->box);
+        while (sb->active > 0)
+                pthread_cond_wait(&sb->changed, &sb->lock);
+        d->session = sb->session;
+        d->box = sb->box;
+        sb->session = NULL;
+        sb->box = NULL;
+        svc_audit(sb->svc, CAGE_AUDIT_SANDBOX_STOP, sb->tenant, sb->name, svc_labels(sb),
+                  json_pack("{s:s}", "how", "remove"));
+        pthread_cond_broadcast(&sb->changed);
+}
+
 int cage_service_sandbox_remove(struct cage_service *svc, const char *tenant, const char *name,
                                 struct cage_error *err)
 {
@@ -584,19 +701,27 @@ int cage_service_sandbox_remove(struct cage_service *svc, const char *tenant, co
         int r = lookup_locked(svc, tenant, name, &sb, err);
         if (r < 0)
                 return r;
-        stop_locked(sb, "remove");
+        struct disposal *d = calloc(1, sizeof(*d));
+        if (!d) {
+                unlock_unref(sb);
+                return cage_fail(err, -ENOMEM, "remove");
+        }
+        take_box_locked(sb, d);
         debug_pause_point("sandbox-stopped");
         free(sb->workspace);
         sb->workspace = NULL;
-        r = cage_workspace_destroy(svc->ws_base, sb->id, err);
+        r = cage_workspace_retire(svc->ws_base, sb->id, d->stage, err);
         if (r == 0)
                 r = cage_store_delete(svc->store, sb->id, err);
-        if (r < 0) {
+        if (r < 0) { /* stopped, not removed: the store says so */
+                (void)cage_store_set_state(svc->store, sb->id, CAGE_SANDBOX_STOPPED, NULL, NULL);
                 unlock_unref(sb);
+                queue_disposal(svc, d);
                 return r;
         }
         svc_audit(svc, CAGE_AUDIT_SANDBOX_REMOVE, tenant, name, svc_labels(sb), NULL);
         forget_locked(svc, sb);
+        queue_disposal(svc, d);
         return 0;
 }
 
@@ -691,8 +816,9 @@ static int load_sandboxes(struct cage_service *svc, struct cage_error *err)
                         sb->created_ms = rec->created_ms;
                         sb->last_used_ms = rec->last_used_ms;
                         sb->refs = 1;
-                        sb->next = svc->list;
-                        svc->list = sb;
+                        pthread_mutex_lock(&svc->lock);
+                        link_locked(svc, sb);
+                        pthread_mutex_unlock(&svc->lock);
                 }
                 cage_sandbox_list_free(&list);
         }
@@ -744,9 +870,36 @@ static int open_parts(struct cage_service *svc, struct cage_error *err)
         if ((r = cage_pool_open(cfg, pool_start_box, svc, &svc->pool, err)) < 0 ||
             (r = cage_upstreams_open(cfg->upstream_servers, &svc->upstreams, err)) < 0)
                 return r;
+        for (size_t i = 0; i < ELEMENTSOF(svc->disposers); i++) {
+                if ((r = -pthread_create(&svc->disposers[i], NULL, disposer_main, svc)) < 0)
+                        return cage_fail(err, r, "starting the disposer threads");
+                svc->n_disposers++;
+        }
         r = -pthread_create(&svc->reaper, NULL, reaper_main, svc);
         svc->reaper_running = r == 0;
         return r < 0 ? cage_fail(err, r, "starting the idle reaper") : 0;
+}
+
+/* A running named sandbox holds ~8 of the server's fds (docs/CONFIG.md,
+ * "The server's own limits"): the soft RLIMIT_NOFILE goes up to the hard
+ * one, and as root the hard one to fs.nr_open (at most NOFILE_WANT). */
+static void raise_nofile(void)
+{
+        struct rlimit rl;
+        if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+                return;
+        char buf[32];
+        uint64_t want = NOFILE_WANT, nr_open = 0;
+        if (read_file_at(AT_FDCWD, "/proc/sys/fs/nr_open", buf, sizeof(buf)) > 0 &&
+            (nr_open = strtoull(buf, NULL, 10)) > 0 && nr_open < want)
+                want = nr_open;
+        if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < want) {
+                struct rlimit up = {.rlim_cur = want, .rlim_max = want};
+                if (setrlimit(RLIMIT_NOFILE, &up) == 0)
+                        return;
+        }
+        rl.rlim_cur = rl.rlim_max;
+        (void)setrlimit(RLIMIT_NOFILE, &rl);
 }
 
 int cage_service_open(const struct cage_config *cfg, struct cage_service **ret,
@@ -758,7 +911,10 @@ int cage_service_open(const struct cage_config *cfg, struct cage_service **ret,
         svc->cfg = cfg;
         pthread_mutex_init(&svc->lock, NULL);
         pthread_cond_init(&svc->reaper_cond, NULL);
-        int r = open_parts(svc, err);
+        pthread_cond_init(&svc->dispose_cond, NULL);
+        raise_nofile();
+        svc->index = calloc(INDEX_BUCKETS, sizeof(*svc->index));
+        int r = svc->index ? open_parts(svc, err) : cage_fail(err, -ENOMEM, "service");
         if (r < 0) {
                 cage_service_close(svc);
                 return r;
@@ -769,33 +925,52 @@ int cage_service_open(const struct cage_config *cfg, struct cage_service **ret,
 
 /* ---- the reaper: idle sandboxes and expired runs ---- */
 
-/* References to every entry of the tenant (NULL: of all tenants), at most
- * LIST_MAX; each must be dropped with svc_unref(). */
-static size_t snapshot(struct cage_service *svc, const char *tenant, struct sb **out)
+/* References to every entry of the tenant (NULL: of all tenants), in an
+ * array to free; each must be dropped with svc_unref(). NULL when out of
+ * memory. */
+static struct sb **snapshot(struct cage_service *svc, const char *tenant, size_t *ret_n)
 {
         size_t n = 0;
         pthread_mutex_lock(&svc->lock);
-        for (struct sb *sb = svc->list; sb && n < LIST_MAX; sb = sb->next)
+        struct sb **out = malloc((svc->count ? svc->count : 1) * sizeof(*out));
+        for (struct sb *sb = svc->list; sb && out; sb = sb->next)
                 if (!tenant || strcmp(sb->tenant, tenant) == 0) {
                         sb->refs++;
                         out[n++] = sb;
                 }
         pthread_mutex_unlock(&svc->lock);
-        return n;
+        *ret_n = n;
+        return out;
+}
+
+/* With sb->lock held, no exec running: the sandbox and its session give
+ * back their cgroup directory fds (docs/CONFIG.md, "The server's own
+ * limits"); the next call opens them again. A session busy with a call of
+ * its own (sb->py_lock) is left for the next round. */
+static void park_locked(struct sb *sb)
+{
+        cage_box_park(sb->box);
+        if (pthread_mutex_trylock(&sb->py_lock) != 0)
+                return;
+        cage_session_park(sb->session);
+        pthread_mutex_unlock(&sb->py_lock);
 }
 
 static void stop_idle(struct cage_service *svc)
 {
-        static struct sb *found[LIST_MAX]; /* the reaper thread's alone */
         int64_t now = clock_wall_ms();
-        size_t n = snapshot(svc, NULL, found);
-        for (size_t i = 0; i < n; i++) {
+        size_t n;
+        _cleanup_free_ struct sb **found = snapshot(svc, NULL, &n);
+        for (size_t i = 0; found && i < n; i++) {
                 struct sb *sb = found[i];
                 pthread_mutex_lock(&sb->lock);
                 uint64_t idle = sb->spec ? sb->spec->idle_timeout_s : 0;
                 if (!sb->removed && sb->box && sb->active == 0 && idle &&
                     now - sb->last_used_ms >= (int64_t)idle * 1000)
                         stop_locked(sb, "idle");
+                else if (!sb->removed && sb->box && sb->active == 0 &&
+                         now - sb->last_used_ms >= PARK_AFTER_MS)
+                        park_locked(sb);
                 unlock_unref(sb);
         }
 }
@@ -831,6 +1006,12 @@ struct cage_service *cage_service_close(struct cage_service *svc)
                 pthread_mutex_unlock(&svc->lock);
                 pthread_join(svc->reaper, NULL);
         }
+        pthread_mutex_lock(&svc->lock); /* the disposers finish the queue first */
+        svc->dispose_stop = true;
+        pthread_cond_broadcast(&svc->dispose_cond);
+        pthread_mutex_unlock(&svc->lock);
+        for (size_t i = 0; i < svc->n_disposers; i++)
+                pthread_join(svc->disposers[i], NULL);
         for (struct sb *sb = svc->list, *next; sb; sb = next) {
                 next = sb->next;
                 pthread_mutex_lock(&sb->lock);
@@ -850,8 +1031,10 @@ struct cage_service *cage_service_close(struct cage_service *svc)
         svc->store = cage_store_close(svc->store);
         free(svc->ws_base);
         free(svc->runs_base);
+        free(svc->index);
         pthread_mutex_destroy(&svc->lock);
         pthread_cond_destroy(&svc->reaper_cond);
+        pthread_cond_destroy(&svc->dispose_cond);
         free(svc);
         return NULL;
 }

@@ -43,11 +43,13 @@ struct sb {
         struct cage_box *box;  /* NULL while stopped */
         unsigned active;       /* execs running now */
         int64_t created_ms, last_used_ms;
+        int64_t touched_ms;           /* when last_used_ms last went to the store */
         char *workspace;              /* the mounted workspace directory, or NULL */
         pthread_mutex_t py_lock;      /* one Python call at a time */
         struct cage_session *session; /* under py_lock; freed by stop (active == 0) */
         struct log_ring logs;
-        struct sb *next;
+        struct sb *next, *prev; /* the registry's list */
+        struct sb *hnext;       /* the registry's index bucket */
 };
 
 struct cage_service {
@@ -66,10 +68,18 @@ struct cage_service {
         struct svc_layers *layers;       /* installed pip requirements (requirements.c) */
         struct cage_image_store *images; /* <data_dir>/images (service_images.c) */
         pthread_mutex_t lock;
-        struct sb *list;
+        struct sb *list;   /* every entry, newest first */
+        struct sb **index; /* SVC_INDEX_BUCKETS chains by (tenant, name) */
+        size_t count;      /* entries in the list */
         pthread_t reaper;
         bool reaper_running, reaper_stop;
         pthread_cond_t reaper_cond;
+        /* Removed sandboxes torn down off the request path (service.c). */
+        pthread_t disposers[4];
+        size_t n_disposers;
+        struct disposal *disposals; /* queued, under lock */
+        pthread_cond_t dispose_cond;
+        bool dispose_stop;
 };
 
 /* The sandbox's labels (borrowed). */

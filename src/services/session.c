@@ -28,6 +28,33 @@
 
 extern const char cage_session_driver[];
 extern const char cage_session_driver_end[];
+extern const char cage_session_driver_pyc[];
+extern const char cage_session_driver_pyc_end[];
+
+/* What `python3 -I -c` runs: it reads the driver from the channel — its
+ * bytecode (a .pyc header + marshal) and its source, each after a length —
+ * and runs the bytecode when the header carries this interpreter's
+ * MAGIC_NUMBER, else compiles the source. Compiling in the session costs
+ * it ~2 MiB that stay (the parser's arenas), so the build compiles once. */
+static const char driver_boot[] = "import marshal, os\n"
+                                  "def boot_read(n):\n"
+                                  "    b = bytearray()\n"
+                                  "    while len(b) < n:\n"
+                                  "        c = os.read(3, n - len(b))\n"
+                                  "        if not c:\n"
+                                  "            os._exit(2)\n"
+                                  "        b += c\n"
+                                  "    return bytes(b)\n"
+                                  "h = boot_read(8)\n"
+                                  "pyc = boot_read(int.from_bytes(h[:4], 'big'))\n"
+                                  "src = boot_read(int.from_bytes(h[4:], 'big'))\n"
+                                  "import _frozen_importlib_external as fie\n"
+                                  "if pyc[:4] == fie.MAGIC_NUMBER:\n"
+                                  "    code = marshal.loads(pyc[16:])\n"
+                                  "else:\n"
+                                  "    code = compile(src, '<string>', 'exec')\n"
+                                  "del boot_read, h, pyc, src, fie, marshal\n"
+                                  "exec(code)\n";
 
 struct frame_reader {
         unsigned char hdr[8];
@@ -193,15 +220,25 @@ static int start_failed(struct cage_session *s, int r, struct cage_error *err)
         return cage_fail(err, r, "the Python session did not start");
 }
 
+/* The driver's bytecode and source, for driver_boot. */
+static int send_driver(int chan, uint64_t deadline)
+{
+        size_t pyc_len = (size_t)(cage_session_driver_pyc_end - cage_session_driver_pyc);
+        size_t src_len = (size_t)(cage_session_driver_end - cage_session_driver);
+        uint32_t hdr[2] = {htonl((uint32_t)pyc_len), htonl((uint32_t)src_len)};
+        int r = write_full(chan, hdr, sizeof(hdr), deadline);
+        if (r == 0)
+                r = write_full(chan, cage_session_driver_pyc, pyc_len, deadline);
+        if (r == 0)
+                r = write_full(chan, cage_session_driver, src_len, deadline);
+        return r;
+}
+
 int cage_session_start(struct cage_box *box, char *const *env, struct cage_session **ret,
                        struct cage_error *err)
 {
-        size_t len = (size_t)(cage_session_driver_end - cage_session_driver);
-        _cleanup_free_ char *source = strndup(cage_session_driver, len);
-        char *argv[] = {"python3", "-I", "-c", source, NULL};
+        char *argv[] = {"python3", "-I", "-c", (char *)driver_boot, NULL};
         int sv[2];
-        if (!source)
-                return cage_fail(err, -ENOMEM, "session");
         if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
                 return cage_fail(err, -errno, "session channel");
         struct cage_session *s = calloc(1, sizeof(*s));
@@ -218,7 +255,10 @@ int cage_session_start(struct cage_box *box, char *const *env, struct cage_sessi
         close(sv[1]);
         json_t *ready = NULL;
         if (r == 0) {
-                r = wait_frame(s, clock_mono_ms() + SESSION_START_MS, &ready);
+                uint64_t deadline = clock_mono_ms() + SESSION_START_MS;
+                r = send_driver(s->chan, deadline);
+                if (r == 0)
+                        r = wait_frame(s, deadline, &ready);
                 if (r == 0 && strcmp(op_of(ready), "ready") != 0)
                         r = -EPROTO;
                 if (r < 0)
@@ -238,6 +278,12 @@ int cage_session_start(struct cage_box *box, char *const *env, struct cage_sessi
         }
         *ret = s;
         return 0;
+}
+
+void cage_session_park(struct cage_session *s)
+{
+        if (s)
+                cage_box_proc_park(s->proc);
 }
 
 bool cage_session_alive(struct cage_session *s)

@@ -95,6 +95,16 @@ int cage_workspace_unmount(const char *base, const char *id, struct cage_error *
  * inside. Idempotent: a missing workspace is success. */
 int cage_workspace_destroy(const char *base, const char *id, struct cage_error *err);
 
+/* cage_workspace_destroy() in two steps, the slow one off the caller's
+ * path. Retire renames <base>/<id> (mounted or not) to a fresh
+ * ".deleting-" name, returned in stage (at least CAGE_WORKSPACE_STAGE_MAX
+ * bytes; "" when there was no workspace): from then on <id> is free and the
+ * workspace is the sweep's to finish after a crash. Destroy-retired then
+ * unmounts it, detaches its loop device and removes it. */
+#define CAGE_WORKSPACE_STAGE_MAX 128
+int cage_workspace_retire(const char *base, const char *id, char *stage, struct cage_error *err);
+int cage_workspace_destroy_retired(const char *base, const char *stage, struct cage_error *err);
+
 /* Bytes used and the capacity: LOOP from statvfs of the mounted filesystem
  * (-ENOTCONN when not mounted; total is the cap minus ext4's metadata);
  * DIR by counting allocated blocks under data/ (total is the nominal

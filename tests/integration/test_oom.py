@@ -6,6 +6,7 @@ counts a kill only in the victim's own group (an exec's sub-group), so each
 path here would say `error` if codecage read only the sandbox's group."""
 import json
 import os
+import time
 
 import pytest
 
@@ -62,6 +63,24 @@ def test_named_sandbox_exec_reports_oom_and_stays_usable(server):
     assert_oom(server.ok("POST", "/v1/sandboxes/m/exec", {"script": f"python3 -c '{HOG}'"}))
     r = server.ok("POST", "/v1/sandboxes/m/exec", {"script": "echo alive"})
     assert r["status"] == "ok" and r["stdout"] == "alive\n"
+
+
+def test_parked_sandbox_still_counts_and_reports_oom(server):
+    # Idle for PARK_AFTER_MS (2 s), a sandbox and its session close their
+    # cgroup fds; the next call opens them again and reads the same groups.
+    server.ok("POST", "/v1/sandboxes", {"name": "p"})
+    run = lambda code: server.ok("POST", "/v1/sandboxes/p/python", {"code": code})
+    assert run("x = 41")["status"] == "ok"
+    time.sleep(3.5)  # the reaper runs each second
+    r = run(HOG_CHILD)
+    assert_oom(r)
+    assert r["state_lost"] is False and r["return_value"] == -9
+    assert r["cpu_ms"] > 0 and r["peak_memory_bytes"] > 0
+    time.sleep(3.5)
+    assert run("x + 1")["return_value"] == 42
+    assert_oom(server.ok("POST", "/v1/sandboxes/p/exec", {"argv": HOG_ARGV}))
+    info = server.ok("GET", "/v1/sandboxes/p")
+    assert info["usage"]["memory_peak_bytes"] > 0
 
 
 def test_session_reports_oom_and_whether_state_was_lost(server):

@@ -1,7 +1,9 @@
 """The Python session driver (runtime/python/codecage_session.py) on its own,
-outside any sandbox: started the way the server starts it (`python3 -I -c
-<its text>`, the channel as fd 3, stdout and stderr as pipes) and spoken to
-with a small client of docs/SESSION-PROTOCOL.md."""
+outside any sandbox: started as `python3 -I -c <its text>` (what the server's
+bootstrap amounts to, docs/SESSION-PROTOCOL.md "Start"), the channel as fd 3,
+stdout and stderr as pipes, and spoken to with a small client of the protocol.
+The bootstrap and the bytecode path are exercised by every test that starts
+a session through the server."""
 import json
 import os
 import signal

@@ -4,6 +4,7 @@
  * forced "none" backend, delegation to a non-root supervisor, clean-up after
  * failures, and a timing of create + attach + destroy. Group names carry our
  * pid so parallel runs do not collide; every test removes what it made. */
+#include <dirent.h>
 #include "core/cgroup.h"
 
 #include <errno.h>
@@ -391,6 +392,67 @@ TEST(v1_limits_stats_kill_destroy)
         CHECK(v1_file("freezer", name, "freezer.state", procs, sizeof(procs)) &&
               strncmp(procs, "THAWED", 6) == 0);
         CHECK(killed_by_sigkill(child_reap(&c)));
+        CHECK(cage_cgroup_destroy(cg) == 0);
+        for (size_t i = 0; i < ELEMENTSOF(v1_hiers); i++)
+                CHECK(!v1_dir_exists(v1_hiers[i], name));
+}
+
+static int open_fds(void)
+{
+        int n = 0;
+        DIR *d = opendir("/proc/self/fd");
+        if (!d)
+                return -1;
+        while (readdir(d))
+                n++;
+        closedir(d);
+        return n;
+}
+
+/* A parked group holds no fds; unparked, it is the same group: a process
+ * attached to its sub-group after both were parked is in it, killed by
+ * its kill after another park, and destroy removes every directory. */
+TEST(v1_park_unpark)
+{
+        struct cgroup_host host;
+        REQUIRE_V1(&host);
+        char name[64];
+        group_name(name, sizeof(name), "park");
+        struct cgroup_limits lim = {.memory_bytes = 64 * MiB};
+        struct cage_error err = {0};
+        struct cage_cgroup *cg = NULL, *sub = NULL;
+        CHECK(cage_cgroup_create(&host, name, &lim, &cg, &err) == 0);
+        if (!cg)
+                return;
+        CHECK(cage_cgroup_create_child(cg, "e1", &sub, &err) == 0);
+        if (!sub) {
+                (void)cage_cgroup_destroy(cg);
+                return;
+        }
+        int before = open_fds();
+        cage_cgroup_park(sub);
+        cage_cgroup_park(cg);
+        cage_cgroup_park(cg); /* twice: a no-op */
+        int parked = open_fds();
+        CHECK(parked > 0 && parked <= before - 2 * (int)ELEMENTSOF(v1_hiers) + 2);
+        CHECK(cage_cgroup_unpark(cg) == 0 && cage_cgroup_unpark(sub) == 0);
+        CHECK(cage_cgroup_unpark(cg) == 0);
+        CHECK(open_fds() == before);
+        struct child c;
+        CHECK(child_start(&c, child_work));
+        CHECK(cage_cgroup_attach(sub, c.pid, &err) == 0);
+        char needle[128];
+        for (size_t i = 0; i < ELEMENTSOF(v1_hiers); i++) {
+                snprintf(needle, sizeof(needle), ":%s:/codecage/%s/e1\n", v1_hiers[i], name);
+                CHECK(proc_cgroup_has(c.pid, needle));
+        }
+        uint64_t peak = 0;
+        CHECK(cage_cgroup_memory_peak(cg, &peak) == 0);
+        cage_cgroup_park(sub);
+        CHECK(cage_cgroup_unpark(sub) == 0);
+        CHECK(cage_cgroup_kill(sub) == 0);
+        CHECK(killed_by_sigkill(child_reap(&c)));
+        CHECK(cage_cgroup_destroy(sub) == 0);
         CHECK(cage_cgroup_destroy(cg) == 0);
         for (size_t i = 0; i < ELEMENTSOF(v1_hiers); i++)
                 CHECK(!v1_dir_exists(v1_hiers[i], name));
@@ -993,8 +1055,9 @@ TEST(v2_nonroot_delegated)
 }
 
 RUN_TESTS(T(backend_names), T(forced_none), T(forced_invalid), T(auto_detect), T(invalid_names),
-          T(v1_limits_stats_kill_destroy), T(v1_oom_kill), T(v1_oom_in_sub_group_counts_for_parent),
-          T(v1_sweep_thaws_a_frozen_leftover), T(v1_kill_tree), T(v1_pids_limit),
-          T(v1_destroy_kills_leftovers), T(v1_existing_name_kept), T(create_failure_cleans_up),
-          T(v1_timing), T(v2_detect), T(v2_attach_stats_kill_destroy), T(v2_kill_tree_and_destroy),
-          T(v2_env_parent), T(nonroot_without_delegation), T(v2_nonroot_delegated))
+          T(v1_limits_stats_kill_destroy), T(v1_oom_kill), T(v1_park_unpark),
+          T(v1_oom_in_sub_group_counts_for_parent), T(v1_sweep_thaws_a_frozen_leftover),
+          T(v1_kill_tree), T(v1_pids_limit), T(v1_destroy_kills_leftovers),
+          T(v1_existing_name_kept), T(create_failure_cleans_up), T(v1_timing), T(v2_detect),
+          T(v2_attach_stats_kill_destroy), T(v2_kill_tree_and_destroy), T(v2_env_parent),
+          T(nonroot_without_delegation), T(v2_nonroot_delegated))

@@ -308,6 +308,48 @@ TEST(test_loop_create_mount)
         tmp_remove(&t);
 }
 
+/* Workspaces of one size are copies of one formatted template: each is
+ * complete, and each is its own filesystem. Past the number of sizes kept,
+ * a workspace is formatted on its own. Sweep drops templates, uncounted. */
+TEST(test_loop_template)
+{
+        REQUIRE_LOOP();
+        struct tmp t;
+        tmp_make(&t);
+        CHECK(create(&t, "one", 16 * MIB, CAGE_WORKSPACE_LOOP) == 0);
+        CHECK(create(&t, "two", 16 * MIB, CAGE_WORKSPACE_LOOP) == 0);
+        struct stat st;
+        CHECK(stat(path_of(&t, ".template-16777216/image"), &st) == 0 && S_ISREG(st.st_mode));
+        CHECK((st.st_mode & 07777) == 0600 && st.st_size == (off_t)(16 * MIB));
+        char *p1 = mount_ok(&t, "one"), *p2 = mount_ok(&t, "two");
+        CHECK(!exists(path_of(&t, "two/mnt/lost+found")) && exists(path_of(&t, "two/mnt/output")));
+        CHECK(write_file(path_of(&t, "one/mnt/only-in-one"), "1") == 0);
+        CHECK(!exists(path_of(&t, "two/mnt/only-in-one")));
+        struct stat s1, s2;
+        CHECK(stat(p1, &s1) == 0 && stat(p2, &s2) == 0 && s1.st_dev != s2.st_dev);
+        free(p1);
+        free(p2);
+        for (int i = 0; i < 18; i++) { /* 18 more sizes: 16 templates at most */
+                char id[16];
+                snprintf(id, sizeof(id), "size%d", i);
+                CHECK(create(&t, id, (uint64_t)(17 + i) * MIB, CAGE_WORKSPACE_LOOP) == 0);
+                char *p = mount_ok(&t, id);
+                CHECK(p && !exists(path_of(&t, "size17/mnt/lost+found")));
+                free(p);
+        }
+        CHECK(exists(path_of(&t, ".template-32505856")));  /* 31 MiB: the 16th size */
+        CHECK(!exists(path_of(&t, ".template-33554432"))); /* 32 MiB: formatted on its own */
+        CHECK(exists(path_of(&t, "size17/mnt/output")));
+        struct cage_error err = {0};
+        CHECK(cage_workspace_sweep(t.base, &err) >= 0);
+        CHECK(!exists(path_of(&t, ".template-16777216")));
+        CHECK(cage_workspace_sweep(t.base, &err) == 0);
+        p1 = mount_ok(&t, "one");
+        CHECK(file_is(path_of(&t, "one/mnt/only-in-one"), "1"));
+        free(p1);
+        tmp_remove(&t);
+}
+
 TEST(test_loop_cap_enospc)
 {
         REQUIRE_LOOP();
@@ -623,7 +665,7 @@ TEST(test_destroy_deep_tree)
 }
 
 RUN_TESTS(T(test_bad_input), T(test_backend_names), T(test_loop_create_mount),
-          T(test_loop_cap_enospc), T(test_loop_persistence), T(test_loop_destroy),
-          T(test_loop_refuses_double_attach), T(test_loop_unmount_busy), T(test_sweep),
-          T(test_loop_timing_1gib), T(test_dir_roundtrip), T(test_dir_damaged_root),
+          T(test_loop_template), T(test_loop_cap_enospc), T(test_loop_persistence),
+          T(test_loop_destroy), T(test_loop_refuses_double_attach), T(test_loop_unmount_busy),
+          T(test_sweep), T(test_loop_timing_1gib), T(test_dir_roundtrip), T(test_dir_damaged_root),
           T(test_destroy_never_follows_symlinks), T(test_destroy_deep_tree))

@@ -1,0 +1,357 @@
+#!/usr/bin/python3
+"""Density of named sandboxes with live Python sessions, through one
+`codecage serve` on a Unix socket (pool off, the tenant quota raised).
+
+For i in 0..N-1: create sandbox dN-i (memory_mib 64) and run `x = i` in its
+Python session. Printed:
+  creation rate (create + first session call) per block of 500 (or N/8),
+      first and last block
+  a session call `x + 1` p50/p90 on random live sandboxes at checkpoints
+  server fds and threads per live sandbox (right after calls, and idle)
+  memory per idle sandbox with its session: the drop of MemAvailable (and
+      the rise of used memory) over N, next to a bare `python3` REPL loop
+      and the same loop under bubblewrap (when bwrap is installed), both
+      measured in this run with the same N (capped at --baseline-n)
+  removal rate of all N, and what is left afterwards (processes, cgroups,
+      mounts, loop devices, server fds)
+
+Usage (root): sudo bench/density.py [--n 4000] [--build build] [--block 500]
+              [--baseline-n 200] [--data DIR]
+Not a test: numbers are printed.
+"""
+import argparse
+import http.client
+import json
+import os
+import random
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+
+class UnixHTTP(http.client.HTTPConnection):
+    def __init__(self, path):
+        super().__init__("localhost", timeout=120)
+        self.path = path
+
+    def connect(self):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(120)
+        s.connect(self.path)
+        self.sock = s
+
+
+class Client:
+    def __init__(self, path):
+        self.path = path
+        self.conn = UnixHTTP(path)
+
+    def req(self, method, url, body=None):
+        data = json.dumps(body).encode() if body is not None else None
+        for attempt in range(2):
+            try:
+                self.conn.request(method, url, body=data,
+                                  headers={"Content-Type": "application/json"} if data else {})
+                r = self.conn.getresponse()
+                out = r.read()
+                return r.status, (json.loads(out) if out else None)
+            except (http.client.HTTPException, OSError):
+                self.conn.close()
+                self.conn = UnixHTTP(self.path)
+                if attempt:
+                    raise
+
+
+def meminfo():
+    m = {}
+    with open("/proc/meminfo") as f:
+        for line in f:
+            k, v = line.split(":")
+            m[k] = int(v.split()[0]) * 1024
+    return m
+
+
+KERNEL_KEYS = ("Slab", "KernelStack", "PageTables", "Percpu")
+
+
+def kernel_bytes():
+    """Memory the kernel holds in objects: less noisy than MemAvailable on a
+    shared machine (others' page cache and heaps do not move it much)."""
+    m = meminfo()
+    return sum(m.get(k, 0) for k in KERNEL_KEYS)
+
+
+def mem_used():
+    m = meminfo()
+    return m["MemTotal"] - m["MemAvailable"], m["MemTotal"] - m["MemFree"] - m["Buffers"] - m["Cached"] - m["SReclaimable"]
+
+
+def descendants(pid):
+    """Every process beneath pid (the sandboxes' init and what runs in them)."""
+    children = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(d))
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def pss_kib(pids):
+    """Sum of Pss (and of page tables) over pids, KiB."""
+    pss = pte = 0
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/smaps_rollup") as f:
+                pss += next(int(l.split()[1]) for l in f if l.startswith("Pss:"))
+            with open(f"/proc/{p}/status") as f:
+                pte += next(int(l.split()[1]) for l in f if l.startswith("VmPTE:"))
+        except (OSError, StopIteration):
+            pass
+    return pss, pte
+
+
+def settle():
+    subprocess.run(["sync"])
+    time.sleep(2)
+
+
+def fds(pid):
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def threads(pid):
+    return len(os.listdir(f"/proc/{pid}/task"))
+
+
+def pct(v, p):
+    v = sorted(v)
+    return v[min(len(v) - 1, int(len(v) * p))] if v else 0.0
+
+
+REPL = "import sys\nfor l in sys.stdin:\n    exec(l)\n    sys.stdout.write('.\\n'); sys.stdout.flush()\n"
+
+
+def baseline_mem(n, wrap):
+    """Memory per idle python3 REPL loop (optionally under bwrap), n alive."""
+    settle()
+    a0, u0 = mem_used()
+    procs = []
+    for i in range(n):
+        cmd = wrap + ["/usr/bin/python3", "-S", "-c", REPL]
+        p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        p.stdin.write(f"x = {i}\n")
+        p.stdin.flush()
+        p.stdout.readline()
+        procs.append(p)
+    settle()
+    a1, u1 = mem_used()
+    for p in procs:
+        p.stdin.close()
+    for p in procs:
+        p.wait()
+    return (a1 - a0) / n / 2**20, (u1 - u0) / n / 2**20
+
+
+def leftovers(data, pid):
+    """What of the sandboxes is left while the server still runs."""
+    out = {}
+    cg = 0
+    for hier in ("memory", "pids", "cpu", "cpuacct", "freezer"):
+        d = f"/sys/fs/cgroup/{hier}/codecage"
+        if os.path.isdir(d):
+            cg += sum(1 for e in os.listdir(d) if e.startswith(f"run-{pid}-"))
+    out["cgroups"] = cg
+    slots = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            slots += os.readlink(f"/proc/{pid}/fd/{fd}").startswith("/run/codecage/uid-slots/")
+        except OSError:
+            pass
+    out["uid slots held"] = slots
+    loops = 0
+    for d in os.listdir("/sys/block"):
+        try:
+            with open(f"/sys/block/{d}/loop/backing_file") as f:
+                loops += data in f.read()
+        except OSError:  # not a loop device, unbound, or just gone
+            pass
+    out["loop devices on data"] = loops
+    with open(f"/proc/{pid}/mountinfo") as f:
+        out["mounts under data"] = sum(1 for l in f if data in l)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=4000)
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--block", type=int, default=0)
+    ap.add_argument("--baseline-n", type=int, default=200)
+    ap.add_argument("--calls", type=int, default=400)
+    ap.add_argument("--data", default="")
+    ap.add_argument("--no-baseline", action="store_true")
+    a = ap.parse_args()
+    n = a.n
+    block = a.block or min(500, max(1, n // 8))
+    data = a.data or tempfile.mkdtemp(prefix="codecage-density-")
+    os.makedirs(data, exist_ok=True)
+    sock = os.path.join(data, "s.sock")
+    cfg = {"data_dir": data, "listen": {"http": None, "unix": sock}, "pool_size": 0,
+           "limits": {"max_sandboxes_per_tenant": max(64, n)}}
+    cfgp = os.path.join(data, "config.json")
+    with open(cfgp, "w") as f:
+        json.dump(cfg, f)
+    binary = os.path.join(a.build, "codecage")
+
+    base = {}
+    if not a.no_baseline:
+        bn = min(n, a.baseline_n)
+        base["python3 REPL loop"] = baseline_mem(bn, [])
+        bw = shutil.which("bwrap")
+        if bw:
+            base["python3 REPL loop under bwrap"] = baseline_mem(
+                bn, [bw, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/",
+                     "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"])
+
+    settle()
+    a0, u0 = mem_used()
+    k0 = kernel_bytes()
+    srv = subprocess.Popen([binary, "serve", "--config", cfgp], stderr=subprocess.DEVNULL)
+    try:
+        run(a, n, block, data, sock, srv, base, a0, u0, k0)
+    finally:
+        srv.terminate()
+        srv.wait()
+        if not a.data:
+            shutil.rmtree(data, ignore_errors=True)
+
+
+def run(a, n, block, data, sock, srv, base, a0, u0, k0):
+    for _ in range(200):
+        if os.path.exists(sock):
+            break
+        time.sleep(0.05)
+    c = Client(sock)
+    while True:
+        try:
+            if c.req("GET", "/healthz")[0] == 200:
+                break
+        except OSError:
+            time.sleep(0.05)
+    fd0, th0 = fds(srv.pid), threads(srv.pid)
+    print(f"server at start: {fd0} fds, {th0} threads")
+
+    names = []
+    rates = []
+    t_block = time.monotonic()
+    t_all = t_block
+    checkpoints = sorted({64, 1000, n} & set(range(1, n + 1)))
+
+    def calls(k):
+        lat = []
+        for _ in range(min(a.calls, 20 * k)):
+            nm = random.choice(names)
+            t = time.perf_counter()
+            st, body = c.req("POST", f"/v1/sandboxes/{nm}/python", {"code": "x + 1"})
+            lat.append((time.perf_counter() - t) * 1e3)
+            assert st == 200 and body["status"] == "ok", body
+        return lat
+
+    failed = None
+    for i in range(n):
+        nm = f"d{i}"
+        st, body = c.req("POST", "/v1/sandboxes", {"name": nm, "memory_mib": 64})
+        if st != 201:
+            failed = f"create {nm}: {st} {body}"
+            break
+        st, body = c.req("POST", f"/v1/sandboxes/{nm}/python", {"code": f"x = {i}"})
+        if st != 200 or body["status"] != "ok":
+            failed = f"python {nm}: {st} {body}"
+            break
+        names.append(nm)
+        k = len(names)
+        if k % block == 0:
+            now = time.monotonic()
+            rates.append(block / (now - t_block))
+            print(f"  {k:5d} live: last {block} at {rates[-1]:.1f}/s, server {fds(srv.pid)} fds "
+                  f"{threads(srv.pid)} threads", flush=True)
+            t_block = now
+        if k in checkpoints:
+            t_pause = time.monotonic()
+            lat = calls(k)
+            print(f"  {k:5d} live: call x + 1 p50 {pct(lat, .5):.3f} ms p90 {pct(lat, .9):.3f} ms "
+                  f"(n={len(lat)}); server {(fds(srv.pid) - fd0) / k:.2f} fds/sandbox", flush=True)
+            t_block += time.monotonic() - t_pause
+    k = len(names)
+    t_create = time.monotonic() - t_all
+    if failed:
+        print("STOPPED:", failed)
+    print(f"reached {k} live sandboxes with sessions, {k / t_create:.1f} created/s overall")
+    if len(rates) >= 2:
+        print(f"creation rate: first block {rates[0]:.1f}/s, last block {rates[-1]:.1f}/s "
+              f"(ratio {rates[-1] / rates[0]:.2f})")
+    if k and k not in checkpoints:
+        lat = calls(k)
+        print(f"  {k:5d} live: call x + 1 p50 {pct(lat, .5):.3f} ms p90 {pct(lat, .9):.3f} ms")
+    fdk, thk = fds(srv.pid), threads(srv.pid)
+    print(f"server right after calls: {fdk} fds ({(fdk - fd0) / max(k, 1):.2f} per sandbox), "
+          f"{thk} threads")
+    settle()
+    time.sleep(2)  # idle sandboxes give back their cgroup fds after 2 s
+    fdk, thk = fds(srv.pid), threads(srv.pid)
+    print(f"server, all idle: {fdk} fds ({(fdk - fd0) / max(k, 1):.2f} per sandbox), "
+          f"{thk} threads")
+    a1, u1 = mem_used()
+    k1 = kernel_bytes()
+    if k:
+        print(f"memory per idle sandbox with its session: {(a1 - a0) / k / 2**20:.2f} MiB of "
+              f"MemAvailable, {(u1 - u0) / k / 2**20:.2f} MiB used (n={k})")
+    if k:
+        pss, pte = pss_kib(descendants(srv.pid))
+        print(f"  of which the sandboxes' processes: {pss / k / 1024:.2f} MiB Pss + "
+              f"{pte / k / 1024:.2f} MiB page tables each; the server "
+              f"{pss_kib([srv.pid])[0] / 1024:.0f} MiB Pss in all")
+        print(f"  kernel objects ({' + '.join(KERNEL_KEYS)}): {(k1 - k0) / k / 2**20:.2f} MiB "
+              f"each (namespaces, cgroups, the workspace's loop device and ext4, sockets, "
+              f"page tables)")
+    for what, (av, us) in base.items():
+        print(f"  baseline {what}: {av:.2f} MiB of MemAvailable, {us:.2f} MiB used")
+
+    t = time.monotonic()
+    for nm in names:
+        st, _ = c.req("DELETE", f"/v1/sandboxes/{nm}")
+        assert st in (200, 204), st
+    dt = time.monotonic() - t
+    if k:
+        print(f"removed {k} (answered) in {dt:.1f} s: {k / dt:.1f}/s")
+    # Teardown finishes off the request path: wait until nothing is left.
+    while time.monotonic() - t < dt + 300:
+        left = leftovers(data, srv.pid)
+        kids = subprocess.run(["pgrep", "-P", str(srv.pid)], capture_output=True,
+                              text=True).stdout.split()
+        if not any(left.values()) and not kids and fds(srv.pid) <= fd0 + 1:
+            break
+        time.sleep(0.05)
+    dt_all = time.monotonic() - t
+    if k:
+        print(f"all {k} torn down (nothing left) after {dt_all:.1f} s: {k / dt_all:.1f}/s")
+    print(f"server after removal: {fds(srv.pid)} fds (start {fd0}), {threads(srv.pid)} threads")
+    print(f"server children left: {len(kids)}; left in the server:", left)
+
+
+if __name__ == "__main__":
+    main()
