@@ -39,6 +39,7 @@ struct exec_state {
         pid_t inner_pid, host_pid;
         uint64_t oom_before;
         bool exited, exec_failed, setup_failed, box_died;
+        bool adopted; /* a zygote's driver: in the box's own cgroup */
         int wait_status, fail_errno;
         struct cgroup_stats stats;
 };
@@ -534,9 +535,10 @@ int cage_box_proc_usage(struct cage_box_proc *p, struct cage_box_usage *ret, boo
 {
         struct cgroup_stats s = {0};
         memset(ret, 0, sizeof(*ret));
-        if (!p->st.cg)
+        struct cage_cgroup *cg = p->st.cg ? p->st.cg : p->st.adopted ? p->st.box->l.cg : NULL;
+        if (!cg)
                 return 0;
-        int r = cage_cgroup_stats(p->st.cg, &s);
+        int r = cage_cgroup_stats(cg, &s);
         ret->cpu_ms = s.cpu_usage_ns / 1000000ULL;
         ret->memory_bytes = s.peak_memory_bytes;
         if (with_oom)
@@ -556,4 +558,23 @@ struct cage_box_proc *cage_box_proc_free(struct cage_box_proc *p)
         cleanup(st);
         free(p);
         return NULL;
+}
+
+struct cage_box_proc *box_proc_adopt(struct cage_box *box, int out_r, int err_r, int status_r)
+{
+        struct cage_box_proc *p = calloc(1, sizeof(*p));
+        if (!p) {
+                close(out_r);
+                close(err_r);
+                close(status_r);
+                return NULL;
+        }
+        exec_state_init(&p->st, box, NULL, NULL);
+        p->st.adopted = true;
+        p->st.w.out_r = out_r;
+        p->st.w.err_r = err_r;
+        p->st.status_r = status_r;
+        fd_set_nonblock(out_r, true);
+        fd_set_nonblock(err_r, true);
+        return p;
 }
