@@ -517,12 +517,9 @@ bool cage_pool_serves(const struct cage_pool *p, const struct svc_spec *spec)
         return shelf_for(p, spec) != NULL;
 }
 
-bool cage_pool_take(struct cage_pool *p, const struct svc_spec *spec, struct cage_box **box,
-                    struct cage_session **session)
+/* One entry for a run (waiting for a fork where the shelf forks), or NULL. */
+static struct pool_entry *take_entry(struct cage_pool *p, struct pool_shelf *shelf)
 {
-        struct pool_shelf *shelf = shelf_for(p, spec);
-        if (!shelf)
-                return false;
         pthread_mutex_lock(&p->lock);
         struct pool_entry *e = shelf->ready;
         if (e) {
@@ -537,6 +534,21 @@ bool cage_pool_take(struct cage_pool *p, const struct svc_spec *spec, struct cag
         else
                 shelf->misses++;
         pthread_mutex_unlock(&p->lock);
+        return e;
+}
+
+bool cage_pool_take(struct cage_pool *p, const struct svc_spec *spec, struct cage_box **box,
+                    struct cage_session **session)
+{
+        struct pool_shelf *shelf = shelf_for(p, spec);
+        struct pool_entry *e = shelf ? take_entry(p, shelf) : NULL;
+        /* A sandbox that ended while it waited (its zygote's template died
+         * and took it along) is no use: the next one. */
+        for (int tries = 1; e && !cage_session_alive(e->session); tries++) {
+                cage_pool_dispose(p, e->box, e->session);
+                free(e);
+                e = tries < 3 ? take_entry(p, shelf) : NULL;
+        }
         if (!e)
                 return false;
         *box = e->box;
