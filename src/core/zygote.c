@@ -331,8 +331,8 @@ static int send_spawn(struct cage_zygote *z, const struct id_slot *slot, struct 
 }
 
 /* The child's "p": its pid (as we see it) and uid from the kernel. */
-static int wait_placed(struct cage_zygote *z, struct fork_fds *f, const struct id_slot *slot,
-                       pid_t *ret, struct cage_error *err)
+static int wait_placed(struct fork_fds *f, const struct id_slot *slot, pid_t *ret,
+                       struct cage_error *err)
 {
         char buf[256];
         char control[CMSG_SPACE(sizeof(struct ucred))];
@@ -342,7 +342,6 @@ static int wait_placed(struct cage_zygote *z, struct fork_fds *f, const struct i
                             .msg_control = control,
                             .msg_controllen = sizeof(control)};
         struct pollfd p = {.fd = f->sync, .events = POLLIN};
-        (void)z;
         int n;
         do
                 n = poll(&p, 1, ZYGOTE_FORK_MS);
@@ -409,7 +408,7 @@ int cage_zygote_fork(struct cage_zygote *z, struct cage_box **box, struct cage_b
         if (r == 0)
                 r = send_spawn(z, ids, &f, err);
         if (r == 0)
-                r = wait_placed(z, &f, ids, &pid, err);
+                r = wait_placed(&f, ids, &pid, err);
         if (r == 0)
                 r = place(&l, &f, pid, err);
         if (r < 0) {
