@@ -235,8 +235,11 @@ try:
     mem = "read"
 except OSError as e:
     mem = e.errno
+# A writable shared mapping inherited from the template would be memory
+# the template and every sibling share.
+shared = [l for l in open("/proc/self/maps") if "w" in l.split()[1] and l.split()[1][3] == "s"]
 print(json.dumps({"pids": seen, "fds": fds, "init_fds": init_fds, "mem": mem,
-                  "ppid": os.getppid()}))
+                  "ppid": os.getppid(), "shared": shared}))
 """
 
 
@@ -244,12 +247,14 @@ def test_the_template_is_out_of_reach(server):
     # The child's own pid namespace shows its init (1) and driver (2) only:
     # no pid of the template exists there to signal, trace or read. Its init
     # is not dumpable, so its fds and memory stay closed; the driver has
-    # only stdin/stdout/stderr, its channel and the fd listing itself.
+    # only stdin/stdout/stderr, its channel and the fd listing itself, and no
+    # memory it shares writably with anything.
     got = probe(server, TEMPLATE)
     assert got["pids"] == [1, 2], got
     assert got["ppid"] == 1, got
     assert got["fds"] == ["0", "1", "2", "3", "4"], got
     assert got["init_fds"] == 13 and got["mem"] == 13, got  # EACCES
+    assert got["shared"] == [], got
 
 
 RANDOM = """
