@@ -24,6 +24,7 @@
 #define POOL_WARMING_WEIGHT   1    /* cpu weight while a sandbox warms up */
 #define POOL_SERVING_WEIGHT   100  /* the default, once it serves a run */
 #define REFILLERS             4    /* refill threads */
+#define DISPOSERS             4    /* disposer threads: a teardown mostly waits for the kernel */
 #define ZYGOTE_RETRY_MS       5000 /* after a zygote's template ended */
 #define POOL_WAIT_MS          2000 /* a run waits this long for a fork before it starts cold */
 
@@ -71,8 +72,10 @@ struct cage_pool {
         /* Used sandboxes waiting to be destroyed off the request path. */
         struct pool_entry *dead;
         unsigned n_dead;
+        uint64_t disposed, dispose_ms_total;
         bool disposer_running;
-        pthread_t disposer;
+        unsigned n_disposers;
+        pthread_t disposers[DISPOSERS];
         pthread_cond_t dead_cond;
         struct pool_shelf *shelves;
         size_t n_shelves;
@@ -204,8 +207,11 @@ static void *dispose_main(void *arg)
                 p->dead = e->next;
                 p->n_dead--;
                 pthread_mutex_unlock(&p->lock);
+                uint64_t t0 = clock_mono_ms();
                 destroy_entry(e);
                 pthread_mutex_lock(&p->lock);
+                p->disposed++;
+                p->dispose_ms_total += clock_mono_ms() - t0;
         }
         pthread_mutex_unlock(&p->lock);
         return NULL;
@@ -422,10 +428,13 @@ static bool any_size(const struct cage_pool *p)
 
 static int start_threads(struct cage_pool *p, struct cage_error *err)
 {
-        int r = -pthread_create(&p->disposer, NULL, dispose_main, p);
-        p->disposer_running = r == 0;
+        int r = 0;
+        for (unsigned i = 0; r == 0 && i < DISPOSERS; i++)
+                if ((r = -pthread_create(&p->disposers[i], NULL, dispose_main, p)) == 0)
+                        p->n_disposers++;
+        p->disposer_running = p->n_disposers > 0;
         if (r < 0)
-                return cage_fail(err, r, "starting the pool's disposer thread");
+                return cage_fail(err, r, "starting the pool's disposer threads");
         if (!any_size(p))
                 return 0;
         for (unsigned i = 0; i < REFILLERS; i++) {
@@ -485,8 +494,8 @@ struct cage_pool *cage_pool_close(struct cage_pool *p)
         pthread_mutex_unlock(&p->lock);
         for (unsigned i = 0; i < p->n_threads; i++)
                 pthread_join(p->threads[i], NULL);
-        if (p->disposer_running)
-                pthread_join(p->disposer, NULL);
+        for (unsigned i = 0; i < p->n_disposers; i++)
+                pthread_join(p->disposers[i], NULL);
         for (size_t i = 0; i < p->n_shelves; i++) {
                 free_entries(p->shelves[i].ready);
                 cage_zygote_free(p->shelves[i].zygote);
@@ -593,6 +602,11 @@ json_t *cage_pool_stats(struct cage_pool *p)
         if (o) {
                 json_object_del(o, "image");
                 json_object_set_new(o, "cold", json_integer((json_int_t)p->cold));
+                json_object_set_new(o, "disposing", json_integer((json_int_t)p->n_dead));
+                json_object_set_new(
+                        o, "avg_dispose_ms",
+                        json_real(p->disposed ? (double)p->dispose_ms_total / (double)p->disposed
+                                              : 0.0));
                 json_object_set_new(o, "images", all ? all : json_array());
         }
         pthread_mutex_unlock(&p->lock);
