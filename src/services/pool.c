@@ -25,7 +25,7 @@
 #define POOL_SERVING_WEIGHT   100  /* the default, once it serves a run */
 #define REFILLERS             4    /* refill threads */
 #define DISPOSERS             4    /* disposer threads: a teardown mostly waits for the kernel */
-#define ZYGOTE_RETRY_MS       5000 /* after a zygote's template ended */
+#define ZYGOTE_RETRY_MS       5000 /* after a zygote's template ended or failed to start */
 #define POOL_WAIT_MS          2000 /* a run waits this long for a fork before it starts cold */
 
 struct pool_entry {
@@ -138,8 +138,15 @@ static struct cage_zygote *zygote_of(struct cage_pool *p, struct pool_shelf *she
         if (!shelf->zygote && !shelf->zygote_tried && clock_mono_ms() >= shelf->zygote_retry_ms &&
             p->start_zygote) {
                 shelf->zygote_tried = true;
-                if (p->start_zygote(p->start_ctx, shelf->spec, &shelf->zygote, &err) < 0)
+                int r = p->start_zygote(p->start_ctx, shelf->spec, &shelf->zygote, &err);
+                if (r < 0)
                         shelf->zygote = NULL;
+                /* This image's Python cannot host one: for good. Anything else
+                 * (an image not pulled yet, a failed start): again later. */
+                if (r < 0 && r != -ENOTSUP) {
+                        shelf->zygote_tried = false;
+                        shelf->zygote_retry_ms = clock_mono_ms() + ZYGOTE_RETRY_MS;
+                }
         }
         struct cage_zygote *z = shelf->zygote;
         pthread_mutex_lock(&p->lock);
