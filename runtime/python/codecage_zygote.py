@@ -31,6 +31,7 @@ memory is a private copy (with `random` reseeded), and neither can see the
 other's processes.
 """
 
+import fcntl
 import gc
 import json
 import os
@@ -222,8 +223,6 @@ def report(step):
 def place_fds(fds):
     """fds (stdout, stderr, channel, sync, ctl, status, mapped) become
     1..7, stdin /dev/null; every other fd of the template closes."""
-    import fcntl
-
     null = os.open("/dev/null", os.O_RDONLY)
     high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 64) for fd in fds + [null]]
     for i, fd in enumerate(high[:-1]):
@@ -264,7 +263,6 @@ def build_scratch(t):
 
 
 def loopback_up():
-    import fcntl
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
         ifr = struct.pack("16sH22x", b"lo", 0)
