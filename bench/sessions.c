@@ -11,9 +11,14 @@
  *   MCP round trips over stdio        `codecage mcp` as a child: run_python in
  *                                     a sandbox's session and one-shot, against
  *                                     the same calls through the C API
+ *   the pool under load               `codecage mcp` (pool_size 8): 200 one-shot
+ *                                     run_python("print(1)") back to back, then
+ *                                     2 and 8 concurrent clients for S seconds
+ *                                     each; against bare python3 processes at
+ *                                     the same concurrency
  *
  * Usage (root): build/bench/bench-sessions [--rounds N] [--sessions N]
- *               [--seconds S] [--data DIR] */
+ *               [--seconds S] [--data DIR] [--only load] */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -22,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -352,6 +358,221 @@ static void bench_mcp(struct cage_service *svc)
         free(b);
 }
 
+/* ---- the pool under load ---- */
+
+#define LOAD_CLIENTS_MAX 8
+
+/* One `codecage mcp` shared by client threads: requests carry
+ * id = seq * LOAD_CLIENTS_MAX + client; a reader thread hands each answer
+ * to its client. */
+struct mux {
+        struct mcp_child m;
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        json_t *answer[LOAD_CLIENTS_MAX];
+        bool done;
+};
+
+static void *mux_reader(void *arg)
+{
+        struct mux *x = arg;
+        static char line[1 << 20];
+        while (fgets(line, sizeof(line), x->m.out)) {
+                json_t *msg = json_loads(line, 0, NULL);
+                json_t *id = json_object_get(msg, "id");
+                if (!json_is_integer(id) || json_object_get(msg, "method")) {
+                        json_decref(msg);
+                        continue;
+                }
+                int client = (int)(json_integer_value(id) % LOAD_CLIENTS_MAX);
+                pthread_mutex_lock(&x->lock);
+                x->answer[client] = msg;
+                pthread_cond_broadcast(&x->cond);
+                pthread_mutex_unlock(&x->lock);
+        }
+        pthread_mutex_lock(&x->lock);
+        x->done = true;
+        pthread_cond_broadcast(&x->cond);
+        pthread_mutex_unlock(&x->lock);
+        return NULL;
+}
+
+/* One one-shot run_python("print(1)"): ms, or -1 (failed); *cold: it did
+ * not get a pooled sandbox. */
+static double mux_run(struct mux *x, int client, int seq, int *cold)
+{
+        char req[256];
+        snprintf(req, sizeof(req),
+                 "{\"jsonrpc\":\"2.0\",\"id\":%d,\"method\":\"tools/call\",\"params\":"
+                 "{\"name\":\"run_python\",\"arguments\":{\"code\":\"print(1)\"}}}\n",
+                 seq * LOAD_CLIENTS_MAX + client);
+        double t0 = now_ms();
+        pthread_mutex_lock(&x->lock);
+        fputs(req, x->m.in);
+        fflush(x->m.in);
+        while (!x->answer[client] && !x->done)
+                pthread_cond_wait(&x->cond, &x->lock);
+        json_t *msg = x->answer[client];
+        x->answer[client] = NULL;
+        pthread_mutex_unlock(&x->lock);
+        double dt = now_ms() - t0;
+        json_t *sc = json_object_get(json_object_get(msg, "result"), "structuredContent");
+        const char *status = json_string_value(json_object_get(sc, "status"));
+        bool ok = status && strcmp(status, "ok") == 0;
+        if (ok && !json_is_true(json_object_get(sc, "pooled")))
+                (*cold)++;
+        json_decref(msg);
+        return ok ? dt : -1;
+}
+
+struct load_client {
+        struct mux *x;
+        int client;
+        double until;
+        double *lat;
+        int n, cap, failed, cold;
+};
+
+static void *load_client_main(void *arg)
+{
+        struct load_client *c = arg;
+        for (int seq = 1; now_ms() < c->until; seq++) {
+                double dt = mux_run(c->x, c->client, seq, &c->cold);
+                if (dt < 0) {
+                        c->failed++;
+                        continue;
+                }
+                if (c->n == c->cap) {
+                        c->cap = c->cap ? 2 * c->cap : 1024;
+                        c->lat = realloc(c->lat, (size_t)c->cap * sizeof(double));
+                }
+                c->lat[c->n++] = dt;
+        }
+        return NULL;
+}
+
+/* Pooled runs at `clients` concurrency for `secs`: runs/s, p50/p90. */
+static double load_pooled(struct mux *x, int clients, double secs)
+{
+        struct load_client c[LOAD_CLIENTS_MAX];
+        pthread_t t[LOAD_CLIENTS_MAX];
+        double t0 = now_ms(), until = t0 + secs * 1000.0;
+        for (int i = 0; i < clients; i++) {
+                c[i] = (struct load_client){.x = x, .client = i, .until = until};
+                pthread_create(&t[i], NULL, load_client_main, &c[i]);
+        }
+        int n = 0, failed = 0, cold = 0;
+        for (int i = 0; i < clients; i++) {
+                pthread_join(t[i], NULL);
+                n += c[i].n;
+                failed += c[i].failed;
+                cold += c[i].cold;
+        }
+        double elapsed = (now_ms() - t0) / 1000.0;
+        double *all = calloc((size_t)n + 1, sizeof(double));
+        for (int i = 0, k = 0; i < clients; i++) {
+                memcpy(all + k, c[i].lat, (size_t)c[i].n * sizeof(double));
+                k += c[i].n;
+                free(c[i].lat);
+        }
+        char what[64];
+        snprintf(what, sizeof(what), "%d clients, %.0f s", clients, secs);
+        report(what, all, n);
+        printf("  %-34s %.1f runs/s   p90/p50 %.2f   (%d not pooled, %d failed)\n", "", n / elapsed,
+               median(all, n) > 0 ? p90(all, n) / median(all, n) : 0, cold, failed);
+        free(all);
+        return n / elapsed;
+}
+
+struct bare_client {
+        double until;
+        int n;
+};
+
+static void *bare_client_main(void *arg)
+{
+        struct bare_client *c = arg;
+        while (now_ms() < c->until) {
+                bare_python_ms();
+                c->n++;
+        }
+        return NULL;
+}
+
+/* Bare python3 -c 'print(1)' processes at `clients` concurrency: runs/s. */
+static double load_bare(int clients, double secs)
+{
+        struct bare_client c[LOAD_CLIENTS_MAX];
+        pthread_t t[LOAD_CLIENTS_MAX];
+        double t0 = now_ms(), until = t0 + secs * 1000.0;
+        for (int i = 0; i < clients; i++) {
+                c[i] = (struct bare_client){.until = until};
+                pthread_create(&t[i], NULL, bare_client_main, &c[i]);
+        }
+        int n = 0;
+        for (int i = 0; i < clients; i++) {
+                pthread_join(t[i], NULL);
+                n += c[i].n;
+        }
+        return n / ((now_ms() - t0) / 1000.0);
+}
+
+static void bench_load(void)
+{
+        char config[512], path[300];
+        snprintf(path, sizeof(path), "%s/load.json", data_dir);
+        snprintf(config, sizeof(config), "{\"data_dir\": \"%s/load\", \"pool_size\": 8}", data_dir);
+        FILE *f = fopen(path, "we");
+        if (!f)
+                return;
+        fputs(config, f);
+        fclose(f);
+        struct mux x = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+        json_t *init = json_pack("{s:s, s:{}, s:{s:s, s:s}}", "protocolVersion", "2025-11-25",
+                                 "capabilities", "clientInfo", "name", "bench", "version", "1");
+        json_t *r = mcp_start(&x.m, path) == 0 ? mcp_call(&x.m, "initialize", init) : NULL;
+        if (!r) {
+                fprintf(stderr, "bench: codecage mcp did not start\n");
+                return;
+        }
+        json_decref(r);
+        fprintf(x.m.in, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n");
+        fflush(x.m.in);
+        pthread_t reader;
+        pthread_create(&reader, NULL, mux_reader, &x);
+        sleep(5); /* the pool fills */
+        enum { BACK_TO_BACK = 200 };
+        double lat[BACK_TO_BACK];
+        int n = 0, failed = 0, cold = 0;
+        double t0 = now_ms();
+        for (int i = 0; i < BACK_TO_BACK; i++) {
+                double dt = mux_run(&x, 0, i + 1, &cold);
+                if (dt < 0)
+                        failed++;
+                else
+                        lat[n++] = dt;
+        }
+        double c1 = n / ((now_ms() - t0) / 1000.0);
+        printf("the pool under load: one-shot run_python(\"print(1)\") through codecage mcp, "
+               "pool_size 8:\n");
+        report("200 back to back", lat, n);
+        printf("  %-34s %.1f runs/s   p90/p50 %.2f   (%d not pooled, %d failed)\n", "", c1,
+               p90(lat, n) / median(lat, n), cold, failed);
+        sleep(2);
+        double c2 = load_pooled(&x, 2, seconds);
+        sleep(2);
+        double c8 = load_pooled(&x, 8, seconds);
+        double b1 = load_bare(1, seconds), b2 = load_bare(2, seconds), b8 = load_bare(8, seconds);
+        printf("  bare python3 -c 'print(1)' processes: %.1f / %.1f / %.1f runs/s at 1 / 2 / 8\n",
+               b1, b2, b8);
+        printf("  pooled/bare throughput: %.2fx / %.2fx / %.2fx at 1 / 2 / 8 (bar: >= 2x)\n",
+               c1 / b1, c2 / b2, c8 / b8);
+        fclose(x.m.in);
+        waitpid(x.m.pid, NULL, 0);
+        pthread_join(reader, NULL);
+        fclose(x.m.out);
+}
+
 /* ---- the runs ---- */
 
 static void bench_baselines_and_session(double *bare_median)
@@ -516,7 +737,9 @@ int main(int argc, char **argv)
                                              {"sessions", required_argument, NULL, 's'},
                                              {"seconds", required_argument, NULL, 't'},
                                              {"data", required_argument, NULL, 'd'},
+                                             {"only", required_argument, NULL, 'o'},
                                              {0}};
+        const char *only = NULL;
         for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
                 if (c == 'r')
                         rounds = atoi(optarg);
@@ -526,8 +749,15 @@ int main(int argc, char **argv)
                         seconds = atoi(optarg);
                 else if (c == 'd')
                         data_dir = optarg;
+                else if (c == 'o')
+                        only = optarg;
                 else
                         return 2;
+        }
+        if (only && strcmp(only, "load") == 0) {
+                mkdir(data_dir, 0700);
+                bench_load();
+                return 0;
         }
         char cfg_text[512];
         snprintf(cfg_text, sizeof(cfg_text),
@@ -547,6 +777,7 @@ int main(int argc, char **argv)
         bench_throughput(svc);
         bench_breakdown();
         bench_mcp(svc);
+        bench_load();
         bench_memory();
         cage_service_close(svc);
         cage_config_free(cfg);

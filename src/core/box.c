@@ -90,6 +90,14 @@ static int prepare(struct cage_box *box, struct cage_error *err)
         plan->box = true;
         if ((r = launcher_prepare(&box->l, err)) < 0)
                 return r;
+        if (box->template) {
+                /* It makes the namespaces and mounts of the sandboxes it forks and
+                 * writes their id maps; they drop all of it before any code runs. */
+                plan->disable |=
+                        CAGE_DEBUG_NO_SECCOMP | CAGE_DEBUG_NO_CAPS_DROP | CAGE_DEBUG_NO_PROC_MASK;
+                box->l.template_maps = true;
+                plan->nests_namespaces = true; /* its children limit their own */
+        }
         if (!(box->envp = copy_env(plan->envp)) || !(box->workdir = strdup(box->spec.workdir)))
                 return cage_fail(err, -ENOMEM, "sandbox environment");
         return make_box_fds(box, err);
@@ -129,13 +137,15 @@ static int launch(struct cage_box *box, struct cage_error *err)
         return r;
 }
 
-int cage_box_start(const struct cage_spec *spec, struct cage_box **ret, struct cage_error *err)
+static int start(const struct cage_spec *spec, bool template, struct cage_box **ret,
+                 struct cage_error *err)
 {
         static char *const init_argv[] = {"codecage-init", NULL};
         struct cage_box *box = calloc(1, sizeof(*box));
         if (!box)
                 return cage_fail(err, -ENOMEM, "allocate sandbox");
         box->spec = *spec;
+        box->template = template;
         box->spec.argv = init_argv;
         int r = cage_spec_validate(&box->spec, err);
         if (r == 0)
@@ -158,6 +168,36 @@ int cage_box_start(const struct cage_spec *spec, struct cage_box **ret, struct c
         return 0;
 }
 
+int cage_box_start(const struct cage_spec *spec, struct cage_box **ret, struct cage_error *err)
+{
+        return start(spec, false, ret, err);
+}
+
+int box_start_template(const struct cage_spec *spec, struct cage_box **ret, struct cage_error *err)
+{
+        return start(spec, true, ret, err);
+}
+
+struct cage_box *box_adopt(const struct cage_spec *spec, struct launcher *l, int ctl_fd)
+{
+        struct cage_box *box = calloc(1, sizeof(*box));
+        if (!box) {
+                if (ctl_fd >= 0)
+                        close(ctl_fd);
+                launcher_release(l);
+                return NULL;
+        }
+        box->spec = *spec;
+        box->l = *l;
+        box->l.spec = &box->spec;
+        box->ctl_fd = ctl_fd;
+        box->adopted = true;
+        box->memory_bytes = spec->memory_bytes;
+        box->cpu_time_ms = spec->cpu_time_ms;
+        pthread_mutex_init(&box->lock, NULL);
+        return box;
+}
+
 /* ---- kill, destroy, queries ---- */
 
 static void reap_locked(struct cage_box *box, bool block)
@@ -165,6 +205,15 @@ static void reap_locked(struct cage_box *box, bool block)
         struct launcher *l = &box->l;
         if (l->reaped || l->pid <= 0)
                 return;
+        if (box->adopted) { /* not our child: its pidfd is readable once it ended */
+                struct pollfd p = {.fd = l->pidfd, .events = POLLIN};
+                int n;
+                do
+                        n = poll(&p, 1, block ? -1 : 0);
+                while (n < 0 && errno == EINTR);
+                l->reaped = n != 0;
+                return;
+        }
         int status;
         pid_t r;
         do

@@ -40,6 +40,7 @@ struct exec_state {
         pid_t inner_pid, host_pid;
         uint64_t oom_before;
         bool exited, exec_failed, setup_failed, box_died;
+        bool adopted; /* a zygote's driver: in the box's own cgroup */
         int wait_status, fail_errno;
         struct cgroup_stats stats;
 };
@@ -160,6 +161,10 @@ static void signal_exec(struct exec_state *st, int sig)
 
 static int submit(struct exec_state *st, struct cage_error *err)
 {
+        /* A zygote's sandbox has no codecage-init to start execs: its init
+         * only reaps and forwards signals to the session it was made with. */
+        if (st->box->adopted)
+                return cage_fail_plain(err, -ENOTSUP, "this sandbox runs only its Python session");
         _cleanup_free_ char *msg = malloc(sizeof(struct box_exec_request) + BOX_EXEC_BLOB_MAX);
         size_t len = 0;
         if (!msg)
@@ -567,9 +572,11 @@ int cage_box_proc_usage(struct cage_box_proc *p, struct cage_box_usage *ret, boo
 {
         struct cgroup_stats s = {0};
         memset(ret, 0, sizeof(*ret));
-        if (!exec_cgroup(&p->st))
+        /* A zygote's driver has no exec group: it is in the box's own. */
+        struct cage_cgroup *cg = p->st.adopted ? box_cgroup(p->st.box) : exec_cgroup(&p->st);
+        if (!cg)
                 return 0;
-        int r = cage_cgroup_usage(p->st.cg, &s);
+        int r = cage_cgroup_usage(cg, &s);
         ret->cpu_ms = s.cpu_usage_ns / 1000000ULL;
         ret->memory_bytes = s.peak_memory_bytes;
         if (with_oom)
@@ -596,4 +603,23 @@ void cage_box_proc_park(struct cage_box_proc *p)
         pthread_mutex_lock(&p->st.box->lock);
         cage_cgroup_park(p->st.cg);
         pthread_mutex_unlock(&p->st.box->lock);
+}
+
+struct cage_box_proc *box_proc_adopt(struct cage_box *box, int out_r, int err_r, int status_r)
+{
+        struct cage_box_proc *p = calloc(1, sizeof(*p));
+        if (!p) {
+                close(out_r);
+                close(err_r);
+                close(status_r);
+                return NULL;
+        }
+        exec_state_init(&p->st, box, NULL, NULL);
+        p->st.adopted = true;
+        p->st.w.out_r = out_r;
+        p->st.w.err_r = err_r;
+        p->st.status_r = status_r;
+        fd_set_nonblock(out_r, true);
+        fd_set_nonblock(err_r, true);
+        return p;
 }

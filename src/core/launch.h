@@ -71,6 +71,7 @@ struct launch_plan {
          * sandbox's own uid; its file-system uid stays root's until it
          * becomes the sandbox user. 0: as the caller. */
         uid_t owner_uid;
+        bool nests_namespaces; /* a zygote's template: no user namespace limits */
 };
 
 /* Bytes the supervisor sends on sync_fd, in this order. */
@@ -108,10 +109,22 @@ int rootfs_open_sources(const struct launch_plan *plan, int *fds, const char **s
  * parent in the image: the caller's mistake), *bad_mount is its index. */
 int rootfs_build(const struct launch_plan *plan, const int *fds, const char **step, int *bad_mount);
 int rootfs_pivot(const char **step);
+/* The /proc directories made read-only and hidden (for the zygote, which
+ * masks a fresh /proc the same way). */
+void rootfs_proc_dirs(const char *const **readonly, size_t *n_readonly, const char *const **hidden,
+                      size_t *n_hidden);
 
 /* caps.c / rlimit.c */
 int caps_drop_all(void);
 int rlimits_apply(const struct launch_plan *plan, const char **step);
+/* What rlimits_apply() sets, in order (at most RLIMITS_MAX). */
+#define RLIMITS_MAX 6
+struct rlimit_setting {
+        int resource;
+        uint64_t cur, max;
+        const char *step;
+};
+size_t rlimits_list(const struct launch_plan *plan, struct rlimit_setting *out);
 int rlimit_memory_fallback(const struct launch_plan *plan);
 
 /* init.c: pid 1 inside the sandbox: starts the program, reaps, reports.

@@ -264,7 +264,9 @@ static int send_sync(struct launcher *l, char what, struct cage_error *err)
  * cgroup; the second byte lets it go on once it is inside that cgroup. */
 int launcher_enter_cgroup(struct launcher *l, struct cage_error *err)
 {
-        int r = cage_userns_write_maps(l->pid, &l->slot, l->spec->uid, l->spec->gid, err);
+        int r = l->template_maps
+                        ? cage_userns_write_template_maps(l->pid, &l->slot, err)
+                        : cage_userns_write_maps(l->pid, &l->slot, l->spec->uid, l->spec->gid, err);
         if (r == 0)
                 r = send_sync(l, SYNC_MAPS_WRITTEN, err);
         if (r == 0 && !l->cg)
@@ -332,4 +334,9 @@ int launcher_report_error(const struct launcher *l, const struct child_report *r
                          "%s \"%s\": cannot make the mount point in this image (%s); mount at a "
                          "new path or in a writable directory",
                          rep->step, target, strerror(rep->value));
+}
+
+int launcher_make_cgroup(struct launcher *l, struct cage_error *err)
+{
+        return create_cgroup(l, err);
 }

@@ -28,6 +28,7 @@ struct launcher {
         int sync_w;          /* our wake-up bytes to the child */
         bool stdin_borrowed; /* plan.stdin_fd is the caller's: never closed here */
         bool born_in_cgroup; /* cloned into l->cg (v2): no move */
+        bool template_maps;  /* a zygote's template: cage_userns_write_template_maps() */
         bool reaped;
 };
 
@@ -42,6 +43,9 @@ int launcher_prepare(struct launcher *l, struct cage_error *err);
 int launcher_clone(struct launcher *l, bool on_thread, struct cage_error *err);
 /* Id maps, then the cgroup: the child goes on once it is inside it. */
 int launcher_enter_cgroup(struct launcher *l, struct cage_error *err);
+/* The spec's cgroup (run-<our pid>-<n>, with its limits), none without a
+ * backend; for sandboxes a zygote forks (zygote.c). */
+int launcher_make_cgroup(struct launcher *l, struct cage_error *err);
 /* SIGKILL to pid 1 (its whole pid namespace) and the cgroup kill, which
  * also catches anything outside it (debug builds without a pid ns). */
 void launcher_kill(struct launcher *l);

@@ -14,34 +14,35 @@ static int set_limit(int resource, rlim_t value)
         return setrlimit(resource, &rl) < 0 ? -errno : 0;
 }
 
-int rlimits_apply(const struct launch_plan *plan, const char **step)
+size_t rlimits_list(const struct launch_plan *plan, struct rlimit_setting *out)
 {
         const struct cage_spec *s = plan->spec;
-        int r;
-        *step = "rlimit core";
-        if ((r = set_limit(RLIMIT_CORE, 0)) < 0)
-                return r;
+        size_t n = 0;
+        out[n++] = (struct rlimit_setting){RLIMIT_CORE, 0, 0, "rlimit core"};
         if (plan->disable & CAGE_DEBUG_NO_LIMITS)
-                return 0;
-        *step = "rlimit nofile";
-        if ((r = set_limit(RLIMIT_NOFILE, s->nofile)) < 0)
-                return r;
-        *step = "rlimit nproc";
-        if ((r = set_limit(RLIMIT_NPROC, s->pids)) < 0)
-                return r;
-        *step = "rlimit memlock";
-        if ((r = set_limit(RLIMIT_MEMLOCK, 64 * 1024)) < 0)
-                return r;
-        *step = "rlimit msgqueue";
-        if ((r = set_limit(RLIMIT_MSGQUEUE, 64 * 1024)) < 0)
-                return r;
+                return n;
+        out[n++] = (struct rlimit_setting){RLIMIT_NOFILE, s->nofile, s->nofile, "rlimit nofile"};
+        out[n++] = (struct rlimit_setting){RLIMIT_NPROC, s->pids, s->pids, "rlimit nproc"};
+        out[n++] = (struct rlimit_setting){RLIMIT_MEMLOCK, 64 * 1024, 64 * 1024, "rlimit memlock"};
+        out[n++] =
+                (struct rlimit_setting){RLIMIT_MSGQUEUE, 64 * 1024, 64 * 1024, "rlimit msgqueue"};
         if (s->cpu_time_ms) {
                 /* Whole seconds, rounded up; the supervisor enforces the
                  * exact total for the whole tree through the cgroup. */
                 rlim_t secs = (rlim_t)((s->cpu_time_ms + 999) / 1000);
-                struct rlimit rl = {.rlim_cur = secs, .rlim_max = secs + 1};
-                *step = "rlimit cpu";
-                if (setrlimit(RLIMIT_CPU, &rl) < 0)
+                out[n++] = (struct rlimit_setting){RLIMIT_CPU, secs, secs + 1, "rlimit cpu"};
+        }
+        return n;
+}
+
+int rlimits_apply(const struct launch_plan *plan, const char **step)
+{
+        struct rlimit_setting set[RLIMITS_MAX];
+        size_t n = rlimits_list(plan, set);
+        for (size_t i = 0; i < n; i++) {
+                struct rlimit rl = {.rlim_cur = set[i].cur, .rlim_max = set[i].max};
+                *step = set[i].step;
+                if (setrlimit(set[i].resource, &rl) < 0)
                         return -errno;
         }
         return 0;

@@ -467,3 +467,12 @@ int rootfs_pivot(const char **step)
                 return -errno;
         return chdir("/") < 0 ? -errno : 0;
 }
+
+void rootfs_proc_dirs(const char *const **readonly, size_t *n_readonly, const char *const **hidden,
+                      size_t *n_hidden)
+{
+        *readonly = proc_readonly_dirs;
+        *n_readonly = ELEMENTSOF(proc_readonly_dirs);
+        *hidden = proc_hidden_dirs;
+        *n_hidden = ELEMENTSOF(proc_hidden_dirs);
+}

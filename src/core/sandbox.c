@@ -132,8 +132,8 @@ static void open_userns_limits(const struct launch_plan *plan, int *fds)
 {
         for (size_t i = 0; i < N_USERNS_LIMITS; i++) {
                 fds[i] = -1;
-                if (!plan->owner_uid)
-                        continue; /* charged to the caller: the host's limits apply */
+                if (!plan->owner_uid || plan->nests_namespaces)
+                        continue; /* charged to the caller, or the template's children */
                 fds[i] = open(userns_limits[i].file, O_WRONLY | O_CLOEXEC);
                 if (fds[i] < 0 && errno != ENOENT) /* a kernel without it is fine */
                         child_fail(plan, "user namespace limits", errno);

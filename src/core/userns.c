@@ -103,3 +103,30 @@ int cage_userns_write_maps(pid_t pid, const struct id_slot *slot, uint32_t uid, 
                                  (unsigned)slot->host_gid);
         return 0;
 }
+
+/* "0 <slot> 1" and the rest of the slot range mapped to itself. */
+static void template_map(char *buf, size_t size, unsigned slot_id)
+{
+        unsigned below = slot_id - UID_SLOT_BASE, above = UID_SLOT_COUNT - below - 1;
+        int n = snprintf(buf, size, "0 %u 1\n", slot_id);
+        if (below)
+                n += snprintf(buf + n, size - (size_t)n, "%u %u %u\n", UID_SLOT_BASE, UID_SLOT_BASE,
+                              below);
+        if (above)
+                snprintf(buf + n, size - (size_t)n, "%u %u %u\n", slot_id + 1, slot_id + 1, above);
+}
+
+int cage_userns_write_template_maps(pid_t pid, const struct id_slot *slot, struct cage_error *err)
+{
+        char map[128];
+        int r;
+        if (!slot->privileged)
+                return cage_fail_plain(err, -ENOTSUP, "a zygote needs the server to run as root");
+        template_map(map, sizeof(map), (unsigned)slot->host_uid);
+        if ((r = write_proc(pid, "uid_map", map)) < 0)
+                return cage_fail(err, r, "writing the template's uid_map");
+        template_map(map, sizeof(map), (unsigned)slot->host_gid);
+        if ((r = write_proc(pid, "gid_map", map)) < 0)
+                return cage_fail(err, r, "writing the template's gid_map");
+        return 0;
+}

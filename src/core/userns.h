@@ -29,5 +29,10 @@ void cage_id_slot_release(struct id_slot *slot);
 /* Maps the program's ids inside (uid, gid) to the slot's host ids. */
 int cage_userns_write_maps(pid_t pid, const struct id_slot *slot, uint32_t uid, uint32_t gid,
                            struct cage_error *err);
+/* A zygote's template (zygote.h): root inside is the slot's host id, and
+ * every other slot's host id maps to itself, so the template can give each
+ * sandbox it forks a host id of its own (the server's slot for it). Only
+ * for a privileged slot. */
+int cage_userns_write_template_maps(pid_t pid, const struct id_slot *slot, struct cage_error *err);
 
 #endif

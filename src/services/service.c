@@ -25,6 +25,7 @@
 #include "core/cgroup.h"
 #include "core/launcher.h"
 #include "core/spec.h"
+#include "core/zygote.h"
 #include "service_private.h"
 #include "util/cleanup.h"
 #include "util/clock.h"
@@ -295,6 +296,33 @@ static int pool_start_box(void *ctx, const struct svc_spec *spec, struct cage_bo
 {
         struct cage_error err = {0};
         return svc_box_start(ctx, spec, NULL, NULL, NULL, "pool", NULL, ret, &err);
+}
+
+/* A zygote for a pool shelf: its template launched like every sandbox of
+ * the spec, the image's lease tied to the template's life. Networked
+ * policies have no zygote (their egress is attached per sandbox). */
+static int pool_start_zygote(void *ctx, const struct svc_spec *spec, struct cage_zygote **ret,
+                             struct cage_error *err)
+{
+        struct cage_service *svc = ctx;
+        _cleanup_free_ char *env = NULL;
+        struct cage_spec cs;
+        struct svc_image_launch image = {0};
+        size_t len;
+        const char *driver = cage_session_driver_source(&len);
+        if (spec->network.n)
+                return cage_fail_plain(err, -ENOTSUP, "zygote: not for networked policies");
+        int r = svc_spec_check_tenant(spec, svc->cfg, NULL, err);
+        if (r == 0)
+                r = svc_image_acquire(svc, spec->image, NULL, NULL, &image, err);
+        if (r == 0)
+                r = svc_spec_to_cage(spec, svc->cfg, NULL, &image, &cs, &env, err);
+        if (r == 0)
+                r = cage_zygote_start(&cs, driver, len, ret, err);
+        if (r == 0)
+                svc_image_attach(cage_zygote_template(*ret), &image);
+        svc_image_release(&image);
+        return r;
 }
 
 static int start_locked(struct sb *sb, struct cage_error *err)
@@ -867,7 +895,8 @@ static int open_parts(struct cage_service *svc, struct cage_error *err)
         if ((r = cage_egress_open(&cfg->network, svc->audit, &svc->egress, err)) < 0 ||
             (r = svc_layers_open(svc, err)) < 0)
                 return r;
-        if ((r = cage_pool_open(cfg, pool_start_box, svc, &svc->pool, err)) < 0 ||
+        if ((r = cage_pool_open(cfg, pool_start_box, pool_start_zygote, svc, &svc->pool, err)) <
+                    0 ||
             (r = cage_upstreams_open(cfg->upstream_servers, &svc->upstreams, err)) < 0)
                 return r;
         for (size_t i = 0; i < ELEMENTSOF(svc->disposers); i++) {

@@ -234,6 +234,48 @@ static int send_driver(int chan, uint64_t deadline)
         return r;
 }
 
+/* Waits for the driver's "ready", then takes the CPU time and OOM kills
+ * so far as the session's starting point. Frees s on failure. */
+static int wait_ready(struct cage_session *s, struct cage_session **ret, struct cage_error *err)
+{
+        json_t *ready = NULL;
+        int r = wait_frame(s, clock_mono_ms() + SESSION_START_MS, &ready);
+        if (r == 0 && strcmp(op_of(ready), "ready") != 0)
+                r = -EPROTO;
+        if (r < 0)
+                r = start_failed(s, r, err);
+        json_decref(ready);
+        if (r < 0) {
+                cage_session_free(s);
+                return r;
+        }
+        drain_fd(cage_box_proc_stdout(s->proc));
+        drain_fd(cage_box_proc_stderr(s->proc));
+        struct cage_box_usage u;
+        if (cage_box_proc_usage(s->proc, &u, true) == 0) {
+                s->cpu_ms = u.cpu_ms;
+                s->oom_kills = u.oom_kills;
+        }
+        *ret = s;
+        return 0;
+}
+
+int cage_session_adopt(struct cage_box *box, struct cage_box_proc *driver, int chan,
+                       struct cage_session **ret, struct cage_error *err)
+{
+        struct cage_session *s = calloc(1, sizeof(*s));
+        if (!s) {
+                cage_box_proc_free(driver);
+                close(chan);
+                return cage_fail(err, -ENOMEM, "session");
+        }
+        s->box = box;
+        s->proc = driver;
+        s->chan = chan;
+        fd_set_nonblock(s->chan, true);
+        return wait_ready(s, ret, err);
+}
+
 int cage_session_start(struct cage_box *box, char *const *env, struct cage_session **ret,
                        struct cage_error *err)
 {
@@ -253,31 +295,19 @@ int cage_session_start(struct cage_box *box, char *const *env, struct cage_sessi
         struct cage_exec ex = {.argv = argv, .env = env, .timeout_ms = SESSION_START_MS};
         int r = cage_box_spawn(box, &ex, sv[1], &s->proc, err);
         close(sv[1]);
-        json_t *ready = NULL;
-        if (r == 0) {
-                uint64_t deadline = clock_mono_ms() + SESSION_START_MS;
-                r = send_driver(s->chan, deadline);
-                if (r == 0)
-                        r = wait_frame(s, deadline, &ready);
-                if (r == 0 && strcmp(op_of(ready), "ready") != 0)
-                        r = -EPROTO;
-                if (r < 0)
-                        r = start_failed(s, r, err);
-        }
-        json_decref(ready);
+        if (r == 0 && (r = send_driver(s->chan, clock_mono_ms() + SESSION_START_MS)) < 0)
+                r = start_failed(s, r, err);
         if (r < 0) {
                 cage_session_free(s);
                 return r;
         }
-        drain_fd(cage_box_proc_stdout(s->proc));
-        drain_fd(cage_box_proc_stderr(s->proc));
-        struct cage_box_usage u;
-        if (cage_box_proc_usage(s->proc, &u, true) == 0) {
-                s->cpu_ms = u.cpu_ms;
-                s->oom_kills = u.oom_kills;
-        }
-        *ret = s;
-        return 0;
+        return wait_ready(s, ret, err);
+}
+
+const char *cage_session_driver_source(size_t *len)
+{
+        *len = (size_t)(cage_session_driver_end - cage_session_driver);
+        return cage_session_driver;
 }
 
 void cage_session_park(struct cage_session *s)

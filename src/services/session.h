@@ -55,6 +55,11 @@ struct cage_session_run {
 int cage_session_start(struct cage_box *box, char *const *env, struct cage_session **ret,
                        struct cage_error *err);
 
+/* The same for a driver that is running already (a zygote's fork,
+ * core/zygote.h): its process and our end of its channel. Takes both. */
+int cage_session_adopt(struct cage_box *box, struct cage_box_proc *driver, int chan,
+                       struct cage_session **ret, struct cage_error *err);
+
 /* Runs code. *ret is the result contract as JSON (stdout, stderr,
  * truncated, status, error, return_value, duration_ms, cpu_ms,
  * peak_memory_bytes, state_lost, ...); < 0 only when no verdict exists.
@@ -72,6 +77,9 @@ int cage_session_request(struct cage_session *s, json_t *msg, const void *blob, 
  * cage_box_proc_park(). Only while no call uses s. */
 void cage_session_park(struct cage_session *s);
 bool cage_session_alive(struct cage_session *s);
+/* The driver's source (runtime/python/codecage_session.py), not
+ * NUL-terminated. */
+const char *cage_session_driver_source(size_t *len);
 struct cage_session *cage_session_free(struct cage_session *s);
 
 #endif

@@ -151,6 +151,19 @@ def test_a_warm_pool_per_image(tmp_path, archives):
         assert python(s, code="1")["pooled"] is False  # the host's shelf has size 0
         shelves = {x["image"]: x for x in s.ok("GET", "/v1/pool")["images"]}
         assert shelves["docker.io/" + DEBIAN]["hits"] == 1
+        # Its sandboxes are forked from a zygote running the image's own python3
+        # (the first start of which failed: the image was imported after the
+        # server started; the shelf tries again as it refills).
+        shelf = lambda: {x["image"]: x for x in s.ok("GET", "/v1/pool")["images"]}[
+            "docker.io/" + DEBIAN]
+        deadline = time.monotonic() + 60
+        while not (shelf()["zygote"] and shelf()["ready"] == 1):
+            assert time.monotonic() < deadline, shelf()
+            python(s, code="1", image=DEBIAN)
+            time.sleep(1)
+        r = python(s, code="import sys\nsys.executable", image=DEBIAN)
+        assert r["pooled"] is True and r["return_value"] == "/usr/bin/python3", r
+        assert shelf()["zygote"] is True and "zygote_error" not in shelf(), shelf()
     finally:
         s.stop()
 

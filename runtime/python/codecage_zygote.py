@@ -1,0 +1,492 @@
+"""codecage's zygote: a Python interpreter with the session driver loaded,
+which forks fresh sandboxes for the warm pool (docs/ARCHITECTURE.md,
+docs/SECURITY.md).
+
+The server starts it as `python3 -I -c <this text> <driver source>` in a
+template sandbox: a sandbox like any other, except that its user namespace
+maps the range of per-sandbox host uids and that it keeps its capabilities
+there (no seccomp yet) so it can make namespaces and write id maps. It never
+runs code it was sent: it reads requests from fd 3 (SOCK_SEQPACKET, one
+message each) and answers nothing but "ready" or "error".
+
+  hello (JSON, once)  uid, gid, workdir, scratch tmpfs options, rlimits, the
+                      /proc masks, the seccomp program (hex)
+  spawn (JSON + fds)  host_uid, host_gid; fds stdout, stderr, channel, sync,
+                      ctl, status
+
+Each spawn is one clone(2) straight into fresh user, mount, net, ipc, uts
+and pid namespaces: the child (B) is pid 1 of its pid namespace and waits
+until the template wrote its id maps (its sandbox user to the host uid the
+server chose). B closes every fd of the template, builds its mounts over
+the template's (a fresh /proc with the masks, devpts, one scratch tmpfs
+behind /tmp, /dev/shm and /workspace), names the host and brings up
+loopback, tells the server it is ready to be put in its cgroup (the server
+reads B's pid from the message's credentials), waits until it is, then
+unshares the cgroup namespace, applies setsid and the rlimits, drops every
+capability, sets no_new_privs and installs the seccomp filter. B forks C,
+the session driver, and stays as init: it reaps, forwards the server's
+signals to C's process group and reports C's wait status, like
+codecage-init. Nothing of the template reaches C: its fds are closed, its
+memory is a private copy (with `random` reseeded), and neither can see the
+other's processes.
+"""
+
+import fcntl
+import gc
+import json
+import os
+import random
+import resource
+import select
+import signal
+import socket
+import struct
+import sys
+import types
+
+CTL_FD = 3
+CHILD_FDS = ("stdout", "stderr", "channel", "sync", "ctl", "status")
+# Where a child keeps them (A and B), in this order from fd 1.
+FD_OUT, FD_ERR, FD_CHAN, FD_SYNC, FD_CTL, FD_STATUS, FD_MAPPED = range(1, 8)
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWCGROUP = 0x02000000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+PROC_FLAGS = MS_NOSUID | MS_NODEV | MS_NOEXEC
+
+PR_SET_DUMPABLE = 4
+PR_SET_SECCOMP = 22
+PR_CAPBSET_DROP = 24
+PR_SET_SECUREBITS = 28
+PR_SET_NO_NEW_PRIVS = 38
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+SECCOMP_MODE_FILTER = 2
+# NOROOT, NO_SETUID_FIXUP and KEEP_CAPS off, each locked (as caps.c).
+SECUREBITS = 0x01 | 0x02 | 0x04 | 0x08 | 0x20
+CAP_VERSION_3 = 0x20080522
+SYS_CLOSE_RANGE = 436  # the same number on every architecture
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 1
+BOX_REQ_SIGNAL, BOX_STATUS_EXITED = 2, 2
+SYS_CLONE3 = 435  # the same number on every architecture
+CLONE_NS_FLAGS = (CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
+                  | CLONE_NEWPID)
+
+try:  # what a zygote needs of this Python; main() says what is missing
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_char_p]
+    libc.prctl.argtypes = [ctypes.c_int] + [ctypes.c_ulong] * 4
+    libc.syscall.restype = ctypes.c_long
+    # clone3 through a function that keeps the GIL: the child goes on running
+    # this interpreter, as after os.fork() (there is no other thread).
+    pylibc = ctypes.PyDLL(None, use_errno=True)
+    pylibc.syscall.restype = ctypes.c_long
+
+    class SockFilter(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte),
+                    ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(SockFilter))]
+
+    NATIVE_ERROR = None
+except Exception as e:
+    NATIVE_ERROR = "%s: %s" % (type(e).__name__, e)
+
+
+class Failed(Exception):
+    pass
+
+
+def check(r, step):
+    if r < 0:
+        e = ctypes.get_errno()
+        raise Failed("%s: %s" % (step, os.strerror(e)))
+
+
+def mount(src, dst, fstype, flags, data, step):
+    enc = lambda s: s.encode() if s is not None else None
+    check(libc.mount(enc(src), enc(dst), enc(fstype), flags, enc(data)), step)
+
+
+# ---- the template ----
+
+
+class Template:
+    def __init__(self, ctl, hello):
+        self.ctl = ctl
+        self.children = []  # pid 1 of each sandbox, reaped when it ends
+        self.uid, self.gid = int(hello["uid"]), int(hello["gid"])
+        self.workdir = str(hello["workdir"])
+        self.scratch = str(hello["scratch_opts"])
+        self.rlimits = [tuple(int(v) for v in r) for r in hello["rlimits"]]
+        self.rlimit_as = int(hello.get("rlimit_as", 0))
+        self.masked = [str(p) for p in hello["proc_masked"]]
+        self.proc_ro = [str(p) for p in hello["proc_readonly"]]
+        self.proc_hidden = [str(p) for p in hello["proc_hidden"]]
+        # Protections switched off by the server (its unsafe debug build only).
+        self.disable = str(hello.get("disable", ""))
+        self.random_state = random.getstate()
+        # The two stacked programs of every sandbox, in install order: the
+        # syscall allow list, then the argument checks.
+        self.filters, self.progs = [], []
+        for text in hello["seccomp"]:
+            raw = bytes.fromhex(text)
+            n = len(raw) // 8
+            filters = (SockFilter * n).from_buffer_copy(raw[: n * 8])
+            self.filters.append(filters)
+            self.progs.append(SockFprog(n, filters))
+
+    def serve(self, driver):
+        while True:
+            self.reap()
+            try:
+                msg, anc, _, _ = self.ctl.recvmsg(4096, socket.CMSG_SPACE(4 * 8))
+            except InterruptedError:
+                continue
+            if not msg:
+                return
+            fds = []
+            for level, kind, data in anc:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    fds += list(struct.unpack("%di" % (len(data) // 4), data[: len(data) // 4 * 4]))
+            try:
+                req = json.loads(msg)
+                if req.get("op") == "spawn" and len(fds) == len(CHILD_FDS):
+                    ids = (0, 0) if req.get("shared") else (int(req["host_uid"]), int(req["host_gid"]))
+                    self.spawn(ids[0], ids[1], fds, driver)
+            finally:
+                for fd in fds:
+                    os.close(fd)
+
+    def spawn(self, host_uid, host_gid, fds, driver):
+        """One clone straight into the new namespaces: the child is pid 1 of
+        its pid namespace and waits until we wrote its id maps."""
+        mapped_r, mapped_w = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        args = (ctypes.c_uint64 * 11)(CLONE_NS_FLAGS, 0, 0, 0, signal.SIGCHLD)
+        pid = pylibc.syscall(SYS_CLONE3, args, ctypes.sizeof(args))
+        if pid == 0:
+            self.ctl.detach()  # the object must never close what becomes fd 3
+            child_b(self, fds + [mapped_r], driver)
+        os.close(mapped_r)
+        try:
+            if pid < 0:
+                return  # the server times out waiting for the child
+            self.write_maps(pid, host_uid, host_gid)
+            os.write(mapped_w, b"m")
+        except OSError:
+            pass  # the child exits without its maps; the server sees it go
+        finally:
+            os.close(mapped_w)
+        self.children.append(pid)
+
+    def reap(self):
+        for pid in self.children[:]:
+            try:
+                if os.waitpid(pid, os.WNOHANG)[0] == 0:
+                    continue
+            except ChildProcessError:
+                pass
+            self.children.remove(pid)
+
+    def write_maps(self, pid, host_uid, host_gid):
+        # Our user namespace maps the host's uid slots to themselves, so
+        # host ids are ours to hand out (0 is our own); setgroups is denied
+        # for good.
+        for name, text in (("uid_map", "%d %d 1\n" % (self.uid, host_uid)),
+                           ("setgroups", "deny"),
+                           ("gid_map", "%d %d 1\n" % (self.gid, host_gid))):
+            fd = os.open("/proc/%d/%s" % (pid, name), os.O_WRONLY | os.O_CLOEXEC)
+            try:
+                os.write(fd, text.encode())
+            finally:
+                os.close(fd)
+
+
+# ---- a new sandbox ----
+
+
+def report(step):
+    try:
+        os.write(FD_SYNC, b"e" + step.encode()[:200])
+    except OSError:
+        pass
+    os._exit(125)
+
+
+def place_fds(fds):
+    """fds (stdout, stderr, channel, sync, ctl, status, mapped) become
+    1..7, stdin /dev/null; every other fd of the template closes."""
+    null = os.open("/dev/null", os.O_RDONLY)
+    high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 64) for fd in fds + [null]]
+    for i, fd in enumerate(high[:-1]):
+        os.dup2(fd, i + 1)
+    os.dup2(high[-1], 0)
+    check(libc.syscall(SYS_CLOSE_RANGE, FD_MAPPED + 1, 0xFFFFFFFF, 0), "close inherited fds")
+
+
+def build_proc(t):
+    mount("proc", "/proc", "proc", PROC_FLAGS, None, "mount /proc")
+    for name in t.masked:
+        p = "/proc/" + name
+        if os.path.lexists(p):
+            mount("/dev/null", p, None, MS_BIND, None, "mask /proc entries")
+    for name in t.proc_ro:
+        p = "/proc/" + name
+        if os.path.isdir(p):
+            mount(p, p, None, MS_BIND | MS_REC, None, "mask /proc entries")
+            mount(None, p, None, MS_BIND | MS_REMOUNT | MS_RDONLY | PROC_FLAGS, None,
+                  "mask /proc entries")
+    for name in t.proc_hidden:
+        p = "/proc/" + name
+        if os.path.isdir(p):
+            mount("tmpfs", p, "tmpfs", MS_RDONLY | PROC_FLAGS, "size=0,mode=0555",
+                  "mask /proc entries")
+
+
+def build_scratch(t):
+    """One tmpfs behind /tmp, /dev/shm and /workspace, over the template's."""
+    mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, t.scratch, "mount scratch tmpfs")
+    for name, mode in (("tmp", 0o1777), ("shm", 0o1777), ("workspace", 0o755)):
+        os.mkdir("/tmp/" + name, mode)
+        os.chmod("/tmp/" + name, mode)
+    os.mkdir("/tmp/workspace/output", 0o755)
+    mount("/tmp/shm", "/dev/shm", None, MS_BIND, None, "bind /tmp, /dev/shm, /workspace")
+    mount("/tmp/workspace", "/workspace", None, MS_BIND, None, "bind /tmp, /dev/shm, /workspace")
+    mount("/tmp/tmp", "/tmp", None, MS_BIND, None, "bind /tmp, /dev/shm, /workspace")
+
+
+def loopback_up():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        ifr = struct.pack("16sH22x", b"lo", 0)
+        flags = struct.unpack("16sH22x", fcntl.ioctl(s.fileno(), SIOCGIFFLAGS, ifr))[1]
+        fcntl.ioctl(s.fileno(), SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags | IFF_UP))
+    finally:
+        s.close()
+
+
+def wait_for_cgroup():
+    """The server reads our pid from this message's credentials, puts us in
+    our cgroup, then answers."""
+    os.write(FD_SYNC, b"p")
+    if os.read(FD_SYNC, 1) != b"c":
+        os._exit(125)  # the server is gone or gave up on us
+
+
+def drop_privileges(t):
+    if "zygote-caps" not in t.disable:
+        check(libc.prctl(PR_SET_SECUREBITS, SECUREBITS, 0, 0, 0), "drop capabilities")
+        for cap in range(64):
+            if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0:
+                break  # past the kernel's last capability
+        libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+        hdr = (ctypes.c_uint32 * 2)(CAP_VERSION_3, 0)
+        data = (ctypes.c_uint32 * 6)()
+        check(libc.capset(hdr, data), "drop capabilities")
+    check(libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "set non-dumpable")
+    check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    if "zygote-seccomp" not in t.disable:
+        for prog in t.progs:
+            check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(prog), 0, 0),
+                  "install seccomp filter")
+
+
+def child_b(t, fds, driver):
+    try:
+        place_fds(fds)
+    except BaseException:
+        os._exit(125)
+    try:
+        if os.read(FD_MAPPED, 1) != b"m":
+            os._exit(125)  # the template could not write our maps
+        os.close(FD_MAPPED)
+        os.setresgid(t.gid, t.gid, t.gid)
+        os.setresuid(t.uid, t.uid, t.uid)
+        sandbox_init(t, driver)
+    except Failed as e:
+        report(str(e))
+    except BaseException as e:
+        report("zygote: %s" % e)
+    os._exit(125)
+
+
+# Limits of the child's user namespace, as codecage's own launch sets them
+# (src/core/sandbox.c): opened while the template's /proc is ours (a sysctl
+# file belongs to the user namespace that opens it), written once our own
+# namespaces exist.
+USERNS_LIMITS = (("max_inotify_instances", b"64"), ("max_inotify_watches", b"16384"),
+                 ("max_user_namespaces", b"0"))
+
+
+def open_userns_limits(t):
+    fds = []
+    if "zygote-limits" in t.disable:
+        return fds
+    for name, value in USERNS_LIMITS:
+        try:
+            fds.append((os.open("/proc/sys/user/" + name, os.O_WRONLY | os.O_CLOEXEC), value))
+        except FileNotFoundError:
+            pass  # a kernel without it
+    return fds
+
+
+def write_userns_limits(fds):
+    for fd, value in fds:
+        os.write(fd, value)
+        os.close(fd)
+
+
+def sandbox_init(t, driver):
+    limits = open_userns_limits(t)
+    mount(None, "/", None, MS_REC | MS_PRIVATE, None, "private propagation")
+    build_proc(t)
+    mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
+          "newinstance,ptmxmode=0666,mode=0620", "mount /dev/pts")
+    build_scratch(t)
+    check(libc.sethostname(b"codecage", 8), "sethostname")
+    loopback_up()
+    wait_for_cgroup()
+    os.close(FD_SYNC)
+    check(libc.unshare(CLONE_NEWCGROUP), "unshare cgroup namespace")
+    write_userns_limits(limits)
+    os.setsid()
+    for res, soft, hard in t.rlimits:
+        resource.setrlimit(res, (soft, hard))
+    # B keeps a Python copy of the template: nobody may read it.
+    drop_privileges(t)
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.set_wakeup_fd(wake_w)
+    pid = os.fork()
+    if pid == 0:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for fd in (wake_r, wake_w, FD_CTL, FD_STATUS):
+            os.close(fd)
+        run_driver(t, driver)
+    for fd in (FD_OUT, FD_ERR, FD_CHAN):
+        os.dup2(0, fd)
+    init_loop(pid, wake_r)
+
+
+def run_driver(t, driver):
+    try:
+        os.setsid()
+        # The driver's /proc/self is its own to read, as after an exec.
+        libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
+        if t.rlimit_as:
+            resource.setrlimit(resource.RLIMIT_AS, (t.rlimit_as, t.rlimit_as))
+        os.chdir(t.workdir)
+        if "zygote-reseed" in t.disable:
+            random.setstate(t.random_state)  # as a fork that reseeds nothing leaves it
+        else:
+            reseed()
+    except BaseException:
+        os._exit(125)
+    try:
+        driver.main()
+    finally:
+        os._exit(0)
+
+
+def reseed():
+    """What a fork would otherwise share with every sibling."""
+    random.seed()  # from os.urandom
+    tf = sys.modules.get("tempfile")
+    if tf is not None:
+        tf._name_sequence = None
+    uu = sys.modules.get("uuid")
+    if uu is not None:
+        uu._last_timestamp = None
+
+
+def init_loop(child, wake_r):
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
+        signal.signal(sig, signal.SIG_IGN)
+    watch = [FD_CTL, wake_r]
+    while True:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                os._exit(0)
+            if pid == 0:
+                break
+            if pid == child:
+                try:
+                    os.write(FD_STATUS, struct.pack("=ii", BOX_STATUS_EXITED, status))
+                finally:
+                    os._exit(0)  # the kernel ends what is left of the namespace
+        try:
+            ready = select.select(watch, [], [])[0]
+        except InterruptedError:
+            continue
+        if wake_r in ready:
+            try:
+                os.read(wake_r, 256)
+            except BlockingIOError:
+                pass
+        if FD_CTL in ready:
+            msg = os.read(FD_CTL, 64)
+            if not msg:
+                watch = [wake_r]
+            elif len(msg) == 12:
+                kind, _, sig = struct.unpack("=IIi", msg)
+                if kind == BOX_REQ_SIGNAL and 0 < sig < 65:
+                    try:
+                        os.killpg(child, sig)
+                    except OSError:
+                        pass
+
+
+def warm_up(driver):
+    """What a first run pays once (compiling a cell, describing its
+    value), paid here for every child: a cell of ours, never one sent."""
+    body, last = driver.compile_cell("_ = None\n_", "<zygote>")
+    driver.describe(driver.execute(body, last, {}), 64)
+
+
+def main():
+    ctl = socket.socket(fileno=os.dup(CTL_FD))
+    os.close(CTL_FD)
+    try:
+        if NATIVE_ERROR:
+            raise RuntimeError(NATIVE_ERROR)
+        hello = json.loads(ctl.recv(1 << 20))
+        if "zygote-python" in str(hello.get("disable", "")):  # tests of the fallback
+            raise RuntimeError("this Python cannot host a zygote (switched off)")
+        driver = types.ModuleType("codecage_session")
+        exec(compile(sys.argv[1], "<codecage_session>", "exec"), driver.__dict__)
+        sys.modules["codecage_session"] = driver
+        t = Template(ctl, hello)
+        warm_up(driver)
+    except BaseException as e:
+        ctl.send(json.dumps({"op": "error", "message": "%s: %s" % (type(e).__name__, e)}).encode())
+        return
+    # Everything loaded so far stays put: the collector of a child never
+    # writes to these objects' pages, which stay shared with the template.
+    gc.collect()
+    getattr(gc, "freeze", lambda: None)()
+    # Nobody reads our own stdout and stderr: nothing may block on them.
+    null = os.open("/dev/null", os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    os.close(null)
+    ctl.send(b'{"op":"ready"}')
+    t.serve(driver)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+/* Zygotes: sandboxes with a loaded Python session made by fork instead of
+ * exec. A template sandbox (box.c, started with box_start_template) runs
+ * runtime/python/codecage_zygote.py, an interpreter that has imported the
+ * session driver and never runs code it is sent; for each sandbox it forks a
+ * process into fresh user, pid, mount, net, ipc and uts namespaces whose
+ * sandbox user maps to a host uid slot of its own, with its own mounts
+ * (/proc, devpts, scratch tmpfs); we put it into its own cgroup with the
+ * spec's limits, then it unshares its cgroup namespace, applies the rlimits,
+ * drops every capability, sets no_new_privs and installs the same seccomp
+ * program as every sandbox before the driver says "ready". What the children
+ * of one template share (the address-space layout, the interpreter's hash
+ * secret, the modules it loaded) is listed in docs/SECURITY.md.
+ *
+ * Each sandbox comes back as a box (pid 1 is the child's init, not our
+ * child; kill and destroy as any box) with its driver as a spawned exec
+ * whose channel is *chan. One template serves forks from any thread. */
+#ifndef CODECAGE_CORE_ZYGOTE_H
+#define CODECAGE_CORE_ZYGOTE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "box.h"
+
+struct cage_zygote;
+
+/* Starts a template for sandboxes of spec (validated as for
+ * cage_box_start), its interpreter loading driver (the session driver's
+ * source). -ENOTSUP when this image's python3 cannot host a zygote (the
+ * message says why: no ctypes, too old, not root, ...). */
+int cage_zygote_start(const struct cage_spec *spec, const char *driver, size_t driver_len,
+                      struct cage_zygote **ret, struct cage_error *err);
+/* One fresh sandbox with its driver running (not yet "ready": the caller
+ * reads that from *chan). */
+int cage_zygote_fork(struct cage_zygote *z, struct cage_box **box, struct cage_box_proc **driver,
+                     int *chan, struct cage_error *err);
+/* The template's box (to tie an image lease to its life). */
+struct cage_box *cage_zygote_template(struct cage_zygote *z);
+/* Whether the template still serves forks. */
+bool cage_zygote_alive(struct cage_zygote *z);
+/* Kills the template (sandboxes it made live on). Accepts NULL. */
+struct cage_zygote *cage_zygote_free(struct cage_zygote *z);
+
+#endif
