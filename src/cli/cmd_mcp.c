@@ -164,7 +164,7 @@ int cmd_mcp(int argc, char **argv)
                 return EXIT_CODECAGE_FAILED;
         }
         /* Removes our cgroups should we be killed (src/core/reaper.c). */
-        (void)launch_reaper_start();
+        (void)launch_reaper_start(false); /* exec'd: a clean command line */
         /* Before any thread exists, so every thread inherits the mask. */
         cli_block_stop_signals(&stop);
         _cleanup_close_ int sfd = signalfd(-1, &stop, SFD_CLOEXEC | SFD_NONBLOCK);

@@ -388,12 +388,16 @@ int cmd_run(int argc, char **argv)
         cage_spec_init(&a.spec);
         int r = parse_args(&a, argc, argv, &err);
         if (r == 0)
-                (void)launch_reaper_start(); /* our cgroups go should we be killed */
-        if (r == 0)
                 r = run_use_image(&a, &err);
+        /* Our cgroups go should we be killed. After the image: the lean
+         * binary execs the full one for an image, which starts its own.
+         * Pulling an image may have left threads: then the reaper execs. */
+        if (r == 0)
+                (void)launch_reaper_start(a.image == NULL);
         if (r == 0)
                 r = a.json ? run_json(&a, &res, &err) : run_plain(&a, &res, &err);
         int code = r < 0 ? EXIT_CODECAGE_FAILED : a.json ? 0 : exit_code_for(&res);
+        launch_reaper_dismiss(); /* cage_run removed our groups */
         if (r < 0)
                 fprintf(stderr, "codecage run: %s\n", err.message);
         cage_result_free(&res);

@@ -222,7 +222,7 @@ int cmd_serve(int argc, char **argv)
                 return EXIT_CODECAGE_FAILED;
         }
         /* Removes our cgroups should we be killed (src/core/reaper.c). */
-        (void)launch_reaper_start();
+        (void)launch_reaper_start(false); /* exec'd: a clean command line */
         /* Before any thread exists, so every thread inherits the mask. */
         cli_block_stop_signals(&stop);
         r = serve(cfg, &stop);

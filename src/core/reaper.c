@@ -35,26 +35,52 @@
 #define REAPER_WAIT_MS 2000 /* for killed sandboxes to leave their groups */
 
 static pthread_once_t reaper_once = PTHREAD_ONCE_INIT;
+static bool reaper_exec; /* the mode of the first call */
 static int reaper_r;
+static int reaper_w = -1; /* our end: closed by our death, or written by a clean exit */
 
-/* In the forked child of a possibly threaded process: async-signal-safe
- * calls only, then exec. */
-static _Noreturn void exec_reaper(int pipe_r, char *const argv[])
+/* The reaper's fds, in the forked child: the pipe at REAPER_FD, /dev/null
+ * at 0-2 (it must not hold the caller's terminal or pipes: a reader of
+ * ours would wait for its end), nothing else. Async-signal-safe calls only. */
+static int reaper_fds(int pipe_r)
 {
+        int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+        if (null < 0)
+                return -1;
+        for (int fd = 0; fd < 3; fd++)
+                if (dup2(null, fd) < 0)
+                        return -1;
         /* dup2 onto itself would keep close-on-exec: clear it instead. */
         if (pipe_r == REAPER_FD ? fcntl(pipe_r, F_SETFD, 0) < 0 : dup2(pipe_r, REAPER_FD) < 0)
-                _exit(127);
+                return -1;
         syscall(SYS_close_range, REAPER_FD + 1, ~0U, 0);
+        (void)!chdir("/");
         setsid();
-        execv("/proc/self/exe", argv);
-        _exit(127);
+        return 0;
+}
+
+static int reap(pid_t owner);
+
+/* The forked child: exec'd afresh (a threaded caller: only async-signal-
+ * safe calls may follow the fork) or, from a single-threaded caller, the
+ * same code without an exec (cheaper on the path of a cold run). */
+static _Noreturn void run_reaper(int pipe_r, pid_t owner, char *const argv[], bool exec)
+{
+        if (reaper_fds(pipe_r) < 0)
+                _exit(127);
+        if (exec) {
+                execv("/proc/self/exe", argv);
+                _exit(127);
+        }
+        _exit(reap(owner));
 }
 
 static void start_reaper(void)
 {
         int p[2];
         char pid[16];
-        snprintf(pid, sizeof(pid), "%d", (int)getpid());
+        pid_t owner = getpid();
+        snprintf(pid, sizeof(pid), "%d", (int)owner);
         char *const argv[] = {"codecage", (char *)LAUNCH_REAPER_COMMAND, pid, NULL};
         if (pipe2(p, O_CLOEXEC) < 0) {
                 reaper_r = -errno;
@@ -62,12 +88,14 @@ static void start_reaper(void)
         }
         pid_t child = fork();
         if (child == 0)
-                exec_reaper(p[0], argv);
+                run_reaper(p[0], owner, argv, reaper_exec);
         reaper_r = child < 0 ? -errno : 0;
         close(p[0]);
         /* The write end stays open, unused, until this process is gone. */
         if (child < 0)
                 close(p[1]);
+        else
+                reaper_w = p[1];
 }
 
 /* The unsafe debug build can go without one (CODECAGE_DEBUG_DISABLE names
@@ -82,12 +110,19 @@ static bool switched_off(void)
         return false;
 }
 
-int launch_reaper_start(void)
+int launch_reaper_start(bool single_threaded)
 {
         if (switched_off())
                 return 0;
+        reaper_exec = !single_threaded;
         pthread_once(&reaper_once, start_reaper);
         return reaper_r;
+}
+
+void launch_reaper_dismiss(void)
+{
+        if (reaper_w >= 0)
+                (void)!write(reaper_w, "x", 1);
 }
 
 static pid_t parse_owner(const char *s)
@@ -98,6 +133,26 @@ static pid_t parse_owner(const char *s)
         return errno || *end || v <= 0 || v > INT_MAX ? 0 : (pid_t)v;
 }
 
+/* Waits until the supervisor is gone; a byte first means it removed its
+ * groups itself. */
+static int reap(pid_t owner)
+{
+        static const int quiet[] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGQUIT};
+        for (size_t i = 0; i < ELEMENTSOF(quiet); i++)
+                signal(quiet[i], SIG_IGN);
+        prctl(PR_SET_NAME, "codecage-reap");
+        char b;
+        ssize_t n;
+        while ((n = read(REAPER_FD, &b, 1)) < 0 && errno == EINTR)
+                ;
+        if (n == 1)
+                return 0;
+        struct cgroup_host host;
+        if (launch_detect_cgroups(&host, NULL) == 0)
+                cage_cgroup_sweep_owner(&host, owner, REAPER_WAIT_MS);
+        return 0;
+}
+
 int launch_reaper_main(int argc, char **argv)
 {
         pid_t owner = argc == 3 ? parse_owner(argv[2]) : 0;
@@ -106,16 +161,5 @@ int launch_reaper_main(int argc, char **argv)
                         LAUNCH_REAPER_COMMAND);
                 return 2;
         }
-        static const int quiet[] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGQUIT};
-        for (size_t i = 0; i < ELEMENTSOF(quiet); i++)
-                signal(quiet[i], SIG_IGN);
-        prctl(PR_SET_NAME, "codecage-reap");
-        char b;
-        ssize_t n;
-        while ((n = read(REAPER_FD, &b, 1)) > 0 || (n < 0 && errno == EINTR))
-                ;
-        struct cgroup_host host;
-        if (launch_detect_cgroups(&host, NULL) == 0)
-                cage_cgroup_sweep_owner(&host, owner, REAPER_WAIT_MS);
-        return 0;
+        return reap(owner);
 }
