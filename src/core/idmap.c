@@ -95,3 +95,18 @@ int idmap_mount_open(const char *source, uid_t host_uid, gid_t host_gid, bool wr
                 return cage_fail(err, -errno, "idmapping \"%s\"", source);
         return TAKE_FD(mnt);
 }
+
+int bind_tree_open(const char *source, bool writable, struct cage_error *err)
+{
+        _cleanup_close_ int mnt =
+                (int)syscall(SYS_open_tree, AT_FDCWD, source, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+        if (mnt < 0)
+                return cage_fail(err, -errno, "open_tree \"%s\"", source);
+        struct mount_attr attr = {
+                .attr_set =
+                        MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (writable ? 0 : MOUNT_ATTR_RDONLY),
+        };
+        if (syscall(SYS_mount_setattr, mnt, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0)
+                return cage_fail(err, -errno, "mount flags of \"%s\"", source);
+        return TAKE_FD(mnt);
+}

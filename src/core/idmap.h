@@ -14,6 +14,10 @@
 /* Returns a detached mount of `source` (O_CLOEXEC fd) whose owner maps to
  * host_uid/host_gid, with read-only/nosuid/nodev set as asked; or -errno
  * (-EINVAL / -EOPNOTSUPP when the filesystem or kernel cannot idmap). */
+/* The same without the idmapping (as root, where the filesystem cannot
+ * idmap): a detached bind with its flags set, taken from the caller's mount
+ * namespace whatever namespace the sandbox is cloned from. */
+int bind_tree_open(const char *source, bool writable, struct cage_error *err);
 int idmap_mount_open(const char *source, uid_t host_uid, gid_t host_gid, bool writable,
                      struct cage_error *err);
 

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -88,6 +89,13 @@ static int thread_r;
 static void *thread_main(void *arg)
 {
         (void)arg;
+        /* A mount namespace of this thread's own, copied now: each clone
+         * copies its cloner's mount table, and the server's gains a mount per
+         * running sandbox (its workspace), so creation would slow as they
+         * grow. Sources come as detached trees from the caller's namespace
+         * (open_mounts). As root only (unprivileged, there are no such mounts). */
+        if (geteuid() == 0)
+                (void)unshare(CLONE_FS | CLONE_NEWNS);
         pthread_mutex_lock(&thread_lock);
         for (;;) {
                 while (!thread_job || thread_job->done)
@@ -156,7 +164,9 @@ void launcher_init(struct launcher *l, const struct cage_spec *spec)
 /* As root, user mounts are idmapped so their owner is the sandbox user
  * (whose host uid is a per-sandbox slot); where the kernel or filesystem
  * cannot idmap, a plain bind is used and the directory's own permissions
- * apply. */
+ * apply. Either is a detached tree taken here, from the caller's mount
+ * namespace (the server's, which holds the workspaces): the launcher thread
+ * clones sandboxes from a namespace of its own. */
 static void open_mounts(struct launcher *l)
 {
         if (!l->slot.privileged)
@@ -165,6 +175,8 @@ static void open_mounts(struct launcher *l)
                 const struct cage_mount *m = &l->spec->mounts[i];
                 int fd = idmap_mount_open(m->source, l->slot.host_uid, l->slot.host_gid,
                                           m->writable, NULL);
+                if (fd < 0)
+                        fd = bind_tree_open(m->source, m->writable, NULL);
                 l->plan.mount_fds[i] = fd >= 0 ? fd : -1;
         }
 }
