@@ -30,14 +30,19 @@ def _install_client(venv: Path) -> Path:
     return Path(out.stdout.strip())
 
 
+_SITE = []  # the venv's site-packages, once per test process
+
+
 @pytest.fixture(scope="session", autouse=True)
 def codecage_pkg(tmp_path_factory):
-    """The installed package (not the source tree) is the one under test."""
-    site = _install_client(tmp_path_factory.mktemp("venv") / "v")
-    sys.path.insert(0, str(site))
+    """The installed package (not the source tree) is the one under test.
+    Each test module imports this fixture; the venv is made once."""
+    if not _SITE:
+        _SITE.append(_install_client(tmp_path_factory.mktemp("venv") / "v"))
+        sys.path.insert(0, str(_SITE[0]))
     import codecage
-    assert Path(codecage.__file__).is_relative_to(site), codecage.__file__
-    assert (site / "codecage" / "py.typed").exists()
+    assert Path(codecage.__file__).is_relative_to(_SITE[0]), codecage.__file__
+    assert (_SITE[0] / "codecage" / "py.typed").exists()
     return codecage
 
 

@@ -324,7 +324,8 @@ async def _lines(r: asyncio.StreamReader, chunked: bool) -> AsyncIterator[bytes]
 
 
 async def _sse_events(lines: AsyncIterator[bytes]) -> AsyncIterator[Tuple[str, Any]]:
-    event, data = "message", []
+    event = "message"
+    data: List[str] = []
     async for raw in lines:
         line = raw.decode("utf-8", "replace").rstrip("\r\n")
         if not line:

@@ -17,7 +17,7 @@ import json
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
 
 from . import sync as _sync
 from .client import SandboxClient
@@ -92,7 +92,7 @@ class ReplExecutor:
         self.timeout = timeout
         self.sandbox = self.client.create(name or f"repl-{uuid.uuid4().hex[:12]}", **spec)
         self.session = self.sandbox.session()
-        self._known: set = set()
+        self._known: Set[str] = set()
 
     def set_context(self, context: str, variable_name: str = "context") -> None:
         self.session.set_context(context, variable_name)

@@ -163,11 +163,11 @@ class SandboxClient:
 
     async def health(self) -> Dict[str, Any]:
         """GET /healthz: {"status": "ok", "version": ...}."""
-        return await self._json("GET", "/healthz")
+        return dict(await self._json("GET", "/healthz"))
 
     async def pool(self) -> Dict[str, Any]:
         """Warm pool statistics (operators)."""
-        return await self._json("GET", "/v1/pool")
+        return dict(await self._json("GET", "/v1/pool"))
 
     # ---- sandboxes ----
 
@@ -290,8 +290,9 @@ class SandboxHandle:
 
     async def info(self) -> Dict[str, Any]:
         """The sandbox's current info (state, spec, usage)."""
-        self.last_info = await self.client._json("GET", self._p)
-        return self.last_info
+        info: Dict[str, Any] = await self.client._json("GET", self._p)
+        self.last_info = info
+        return info
 
     # ---- runs ----
 

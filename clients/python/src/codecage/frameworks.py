@@ -24,13 +24,13 @@ from .errors import HostFunctionError
 from .types import ExecResult
 
 try:  # pragma: no cover - only with DSPy installed
-    from dspy.primitives.code_interpreter import (CodeExecutionError, CodeInterpreterError,
-                                                  FinalOutput)
+    from dspy.primitives.code_interpreter import (  # type: ignore[import]
+        CodeExecutionError, CodeInterpreterError, FinalOutput)
 except Exception:  # noqa: BLE001 - DSPy absent or of another version
     class CodeInterpreterError(RuntimeError):  # type: ignore[no-redef]
         """An interpreter failure code cannot repair (the session was lost)."""
 
-    class CodeExecutionError(CodeInterpreterError):  # type: ignore[no-redef]
+    class CodeExecutionError(CodeInterpreterError):  # type: ignore[no-redef,misc]
         """A recoverable error raised by the submitted code or a tool."""
 
     class FinalOutput:  # type: ignore[no-redef]
@@ -46,7 +46,8 @@ except Exception:  # noqa: BLE001 - DSPy absent or of another version
             return isinstance(other, FinalOutput) and self.output == other.output
 
 try:  # pragma: no cover - only with smolagents installed
-    from smolagents.local_python_executor import CodeOutput, InterpreterError
+    from smolagents.local_python_executor import (  # type: ignore[import]
+        CodeOutput, InterpreterError)
 except Exception:  # noqa: BLE001
     @dataclass
     class CodeOutput:  # type: ignore[no-redef]

@@ -33,7 +33,7 @@ class _Loop:
     def run(self, coro: Awaitable[T]) -> T:
         if threading.current_thread() is self.thread:
             raise RuntimeError("a codecage.sync call from inside one of its own host functions")
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()  # type: ignore[arg-type]
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
     def iterate(self, agen: AsyncIterator[T]) -> Iterator[T]:
         try:
@@ -47,11 +47,22 @@ class _Loop:
             if aclose is not None:
                 self.run(aclose())
 
-    def close(self) -> None:
-        if self.loop.is_running():
+    def close(self, final: Optional[Awaitable[Any]] = None) -> None:
+        """Runs `final` (bounded: 5 s), stops the thread and closes the loop."""
+        if self.loop.is_closed():
+            return
+        if self.thread.is_alive() and threading.current_thread() is not self.thread:
+            if final is not None:
+                try:
+                    asyncio.run_coroutine_threadsafe(final, self.loop).result(5)
+                except Exception:  # noqa: BLE001 - closing anyway
+                    pass
             self.loop.call_soon_threadsafe(self.loop.stop)
-            self.thread.join()
-        self.loop.close()
+            self.thread.join(5)
+        elif final is not None and hasattr(final, "close"):
+            final.close()  # never run: no "coroutine was never awaited" warning
+        if not self.loop.is_running():
+            self.loop.close()
 
 
 class SandboxClient:
@@ -76,9 +87,9 @@ class SandboxClient:
             pass
 
     def close(self) -> None:
+        """Closes the connections and the client's loop thread."""
         if not self._loop.loop.is_closed():
-            self._loop.run(self.aio.close())
-            self._loop.close()
+            self._loop.close(self.aio.close())
 
     def _run(self, coro: Awaitable[T]) -> T:
         return self._loop.run(coro)
