@@ -442,3 +442,30 @@ def test_fifty_concurrent_async_runs(codecage_pkg, url):
     assert [r.stdout for r in results] == [f"{i * 2}\n" for i in range(50)]
     assert [r.return_value for r in results] == list(range(50))
     assert all(r.ok for r in results) and len({r.run_id for r in results}) == 50
+
+
+def test_spec_workspace_secrets_and_labels(codecage_pkg, tmp_path):
+    """SandboxSpec's workspace (a host folder, mounted writable at
+    /mnt/workspace), secrets (injected, redacted) and labels reach the sandbox."""
+    cc = codecage_pkg
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "in.txt").write_text("from the host\n")
+    os.chmod(shared, 0o777)
+    s = serverlib.Server(tmp_path, extra={
+        "mounts_allowed": [{"path": str(shared), "writable": True}],
+        "secrets": {"API_KEY": {"value": "sk-secret-value-1234"}}})
+    try:
+        with cc.sync.SandboxClient(s.socket_path) as c:
+            h = c.create(cc.SandboxSpec("ws", workspace=str(shared), secrets=("API_KEY",),
+                                        labels={"owner": "me"}))
+            r = h.shell("cat /mnt/workspace/in.txt; echo out > /mnt/workspace/out.txt; "
+                        "echo $API_KEY")
+            assert r.stdout == "from the host\n[REDACTED:API_KEY]\n", r
+            assert (shared / "out.txt").read_text() == "out\n"
+            assert c.get("ws").last_info["labels"] == {"owner": "me"}
+            with pytest.raises(cc.Forbidden):
+                c.create(cc.SandboxSpec("ws2", workspace=str(tmp_path)))
+            c.remove("ws")
+    finally:
+        s.kill9()
