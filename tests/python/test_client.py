@@ -133,6 +133,9 @@ def test_files(codecage_pkg, sclient, name, tmp_path):
         blob = bytes(range(256)) * 10
         h.write_file("d/b+c.bin", blob)  # '+' and odd bytes go through quoting
         assert h.read_file("d/b+c.bin") == blob
+        big = os.urandom(3 << 20)  # sent after the server's "100 Continue"
+        assert h.write_file("big.bin", big) == len(big) and h.read_file("big.bin") == big
+        h.remove_file("big.bin")
         names = {e.name: e for e in h.list_files("d")}
         assert set(names) == {"a.txt", "b+c.bin"} and names["b+c.bin"].size == 2560
         assert names["a.txt"].type == "file"
@@ -221,6 +224,10 @@ def test_streaming_sync(sclient, name):
         assert evs[-1].kind == "result" and evs[-1].result.ok
         evs = list(h.session().run_stream("for i in range(3): print(i)"))
         assert evs[-1].result.stdout == "0\n1\n2\n"
+        for ev in h.shell_stream("echo start; sleep 1.5; touch late"):
+            break  # closes the stream: the run is cancelled
+        time.sleep(2.5)
+        assert h.shell("ls late").exit_code != 0
     finally:
         sclient.remove(name)
 
@@ -371,6 +378,11 @@ def test_typed_errors(codecage_pkg, server, url, name):
             c.handle(name).session({"not valid": print})
         with pytest.raises(cc.InvalidRequest, match="secrets"):
             c.run_python("1", secrets=["NO_SUCH_SECRET"])
+        with pytest.raises(cc.TooLarge):  # over limits.max_body_bytes
+            c.handle(name).write_file("big.bin", b"x" * (serverlib.MAX_BODY + 1))
+        assert c.handle(name).shell("echo still").stdout == "still\n"
+        r = c.handle(name).session({"obj": lambda: object()}).run("obj()")
+        assert r.error.type == "HostCallError" and "not JSON" in r.error.message
         c.remove(name)
     finally:
         c.close()

@@ -16,6 +16,8 @@ from .errors import SandboxUnavailable, error_from_response
 DEFAULT_SOCKET = "/var/lib/codecage/codecage.sock"
 MAX_HEADER_BYTES = 64 * 1024
 MAX_IDLE = 64  # connections kept open per client
+EXPECT_FROM = 1 << 20  # bodies from this size first ask the server (Expect: 100-continue)
+EXPECT_WAIT = 1.0  # seconds to wait for "100 Continue" before sending the body anyway
 
 
 @dataclass(frozen=True)
@@ -78,12 +80,13 @@ class Response:
 
 
 class _Conn:
-    __slots__ = ("reader", "writer", "reused")
+    __slots__ = ("reader", "writer", "reused", "body_unsent")
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader = reader
         self.writer = writer
         self.reused = False
+        self.body_unsent = False  # answered before its body went: not reusable
 
     def close(self) -> None:
         try:
@@ -156,7 +159,10 @@ class Transport:
             c.close()
 
     def _encode(self, method: str, path: str, body: Body,
-                headers: Optional[Mapping[str, str]]) -> bytes:
+                headers: Optional[Mapping[str, str]]) -> Tuple[bytes, bytes]:
+        """The request head and body. A large body is announced with
+        Expect: 100-continue, so a body the server refuses by its headers
+        (413) is never sent and the refusal is read cleanly."""
         data = b""
         extra = ""
         if body is not None:
@@ -166,6 +172,8 @@ class Transport:
                 data = json.dumps(body, separators=(",", ":")).encode()
                 extra += "Content-Type: application/json\r\n"
             extra += f"Content-Length: {len(data)}\r\n"
+            if len(data) >= EXPECT_FROM:
+                extra += "Expect: 100-continue\r\n"
         elif method in ("POST", "PUT"):
             extra += "Content-Length: 0\r\n"
         for k, v in (headers or {}).items():
@@ -173,12 +181,22 @@ class Transport:
                 raise ValueError(f"header {k!r} contains a line break")
             extra += f"{k}: {v}\r\n"
         head = f"{method} {path} HTTP/1.1\r\n{self._base_headers}{extra}\r\n"
-        return head.encode("latin-1") + data
+        if len(data) < EXPECT_FROM:
+            return head.encode("latin-1") + data, b""
+        return head.encode("latin-1"), data
 
-    async def _send(self, c: _Conn, raw: bytes) -> Tuple[int, Dict[str, str]]:
+    async def _send(self, c: _Conn, raw: Tuple[bytes, bytes]) -> Tuple[int, Dict[str, str]]:
+        head, later = raw
         try:
-            c.writer.write(raw)
+            c.writer.write(head)
             await c.writer.drain()
+            if later:
+                early = await self._await_continue(c)
+                if early is not None:
+                    c.body_unsent = True
+                    return early
+                c.writer.write(later)
+                await c.writer.drain()
         except (BrokenPipeError, ConnectionResetError) as e:
             if c.reused:
                 raise _Stale() from e
@@ -194,6 +212,22 @@ class Transport:
                 raise _Stale()
             raise SandboxUnavailable(f"codecage server at {self.endpoint} closed the connection")
         return await self._read_head(c, line)
+
+    async def _await_continue(self, c: _Conn) -> Optional[Tuple[int, Dict[str, str]]]:
+        """None when the body may go (100 Continue, or no word in time);
+        else the server's final answer to the head alone."""
+        try:
+            line = await asyncio.wait_for(c.reader.readline(), EXPECT_WAIT)
+        except asyncio.TimeoutError:
+            return None
+        if not line:
+            if c.reused:
+                raise _Stale()
+            raise SandboxUnavailable(f"codecage server at {self.endpoint} closed the connection")
+        status, headers = await self._read_head(c, line)
+        if status == 100:
+            return None
+        return status, headers
 
     async def _read_head(self, c: _Conn, line: bytes) -> Tuple[int, Dict[str, str]]:
         parts = line.split(None, 2)
@@ -258,10 +292,10 @@ class Transport:
             return resp
         raise SandboxUnavailable(f"codecage server at {self.endpoint} keeps closing connections")
 
-    async def _exchange(self, c: _Conn, raw: bytes) -> Response:
+    async def _exchange(self, c: _Conn, raw: Tuple[bytes, bytes]) -> Response:
         status, headers = await self._send(c, raw)
         body, reusable = await self._read_body(c, headers)
-        if reusable:
+        if reusable and not c.body_unsent:
             self._put_conn(c)
         else:
             c.close()
