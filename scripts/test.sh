@@ -32,6 +32,8 @@ stage meson test -C build --suite unit --print-errorlogs
 stage meson test -C build-asan --suite unit --print-errorlogs
 stage env CODECAGE_BUILD=build /usr/bin/python3 -m pytest -q -p no:cacheprovider -c tests/pytest.ini --rootdir tests tests/integration tests/security tests/runtime
 stage env CODECAGE_BUILD=build-asan /usr/bin/python3 -m pytest -q -p no:cacheprovider -c tests/pytest.ini --rootdir tests tests/integration tests/security
+# The Python client (clients/python), installed into a fresh venv, against the default build.
+stage env CODECAGE_BUILD=build /usr/bin/python3 -m pytest -q -p no:cacheprovider -c tests/pytest.ini --rootdir tests tests/python
 
 # One closing line over every stage.
 /usr/bin/python3 - "$log" <<'PY'
