@@ -127,6 +127,15 @@ static int push_event(struct sse_stream *s, const char *event, const json_t *doc
 
 /* ---- the producer ---------------------------------------------------------- */
 
+/* Wakes the responder waiting for the first event (wait_first). */
+static void mark_produced(struct sse_stream *s)
+{
+        pthread_mutex_lock(&s->lock);
+        s->produced = true;
+        pthread_cond_broadcast(&s->cond);
+        pthread_mutex_unlock(&s->lock);
+}
+
 static int push_text(struct sse_stream *s, int stream, const char *text, size_t len)
 {
         if (len == 0)
@@ -135,11 +144,8 @@ static int push_text(struct sse_stream *s, int stream, const char *text, size_t 
         if (!doc)
                 return -ENOMEM;
         int r = push_event(s, stream == 2 ? "stderr" : "stdout", doc);
-        if (r >= 0) {
-                pthread_mutex_lock(&s->lock);
-                s->produced = true;
-                pthread_mutex_unlock(&s->lock);
-        }
+        if (r >= 0)
+                mark_produced(s);
         return r;
 }
 
@@ -182,14 +188,6 @@ static void on_status(void *ctx, const char *status)
 }
 
 /* ---- host calls (Python runs) --------------------------------------------- */
-
-static void mark_produced(struct sse_stream *s)
-{
-        pthread_mutex_lock(&s->lock);
-        s->produced = true;
-        pthread_cond_broadcast(&s->cond);
-        pthread_mutex_unlock(&s->lock);
-}
 
 static int push_host_call(struct sse_stream *s, const char *id, const char *fn, json_t *args,
                           json_t *kwargs)
