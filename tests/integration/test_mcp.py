@@ -404,6 +404,20 @@ def read_events(resp):
             data = []
 
 
+PY_EXITS = [("print(1)", 0), ("1/0", 1), ("raise SystemExit(4)", 4), ("import sys; sys.exit()", 0)]
+
+
+def test_http_run_python_exit_code(serve):
+    sid = serve.initialize()
+    h = {"Mcp-Session-Id": sid, "Accept": "application/json"}
+    for i, (code, want) in enumerate(PY_EXITS):
+        resp, doc = serve.post(rpc("tools/call", {"name": "run_python", "arguments": {
+            "code": code}}, id=10 + i), h)
+        res = doc["result"]["structuredContent"]
+        assert res["exit_code"] == want, (code, res)
+        assert f"(exit code {want})" in doc["result"]["content"][0]["text"]
+
+
 def test_http_delete_cancels_running_call(serve):
     sid = serve.initialize()
     marker = f"deletemarker{os.getpid()}x{time.monotonic_ns()}"
@@ -524,6 +538,15 @@ def test_stdio_protocol_errors(stdio):
     err = s.recv()
     assert err["error"]["code"] == -32700 and "larger than" in err["error"]["message"]
     assert s.ask(rpc("ping", id=6)) == {"jsonrpc": "2.0", "id": 6, "result": {}}
+    s.close()
+
+
+def test_stdio_run_python_exit_code(stdio):
+    s = stdio()
+    s.ask(rpc("initialize", INIT))
+    for i, (code, want) in enumerate(PY_EXITS):
+        res = s.call_tool("run_python", {"code": code}, id=10 + i)["structuredContent"]
+        assert res["exit_code"] == want, (code, res)
     s.close()
 
 
