@@ -446,7 +446,15 @@ static bool readable(int fd)
         return poll(&p, 1, 0) > 0;
 }
 
-static json_t *run_watched(struct mcp_http *m, struct mcp_call *call)
+/* The client closed its side of the connection (or it broke). */
+static bool hung_up(int fd)
+{
+        struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+        return fd >= 0 && poll(&p, 1, 0) > 0 &&
+               (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+}
+
+static json_t *run_watched(struct mcp_http *m, struct mcp_call *call, int client_fd)
 {
         struct watched w = {.call = call};
         pthread_t worker;
@@ -461,7 +469,7 @@ static json_t *run_watched(struct mcp_http *m, struct mcp_call *call)
                         clock_gettime(CLOCK_REALTIME, &until);
                         until.tv_sec += 1;
                         pthread_cond_timedwait(&w.cond, &w.lock, &until);
-                        if (!w.done && readable(m->shutdown_fd))
+                        if (!w.done && (readable(m->shutdown_fd) || hung_up(client_fd)))
                                 mcp_call_cancel(call);
                 }
                 pthread_mutex_unlock(&w.lock);
@@ -470,6 +478,13 @@ static json_t *run_watched(struct mcp_http *m, struct mcp_call *call)
         pthread_cond_destroy(&w.cond);
         pthread_mutex_destroy(&w.lock);
         return w.answer;
+}
+
+static int connection_fd(struct MHD_Connection *conn)
+{
+        const union MHD_ConnectionInfo *ci =
+                MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        return ci ? ci->connect_fd : -1;
 }
 
 /* Anything else of a session: answered in the HTTP response. */
@@ -481,10 +496,11 @@ static int post_plain(struct mcp_http *m, struct MHD_Connection *conn, struct ht
         switch (mcp_receive(hs->s, &discard_sink, msg, &answer, &call)) {
         case MCP_ANSWER:
                 return reply_json(conn, answer_status(hs, answer), answer, NULL, status);
-        case MCP_CALL: /* a client that takes no SSE: no progress, no sampling */
-                answer = run_watched(m, call);
+        case MCP_CALL: /* a client that takes no SSE (or, 2026-07-28, asked for
+                        * no progress and no logs): nothing to send first */
+                answer = run_watched(m, call, connection_fd(conn));
                 mcp_call_free(call);
-                return answer ? reply_json(conn, 200, answer, NULL, status)
+                return answer ? reply_json(conn, answer_status(hs, answer), answer, NULL, status)
                               : reply_empty(conn, 202, status);
         default:
                 return reply_empty(conn, 202, status);
@@ -569,6 +585,17 @@ static unsigned check_mcp_headers(struct MHD_Connection *conn, const json_t *msg
         return 400;
 }
 
+/* 2026-07-28 has no requests to the client: a call's stream would carry
+ * only the progress and log messages the request asked for. Without them
+ * the answer is plain JSON, whose HTTP status can still say 400 (a
+ * missing client capability); closing the connection cancels it all the
+ * same. */
+static bool streams_something(const json_t *msg)
+{
+        const json_t *meta = json_object_get(json_object_get(msg, "params"), "_meta");
+        return json_object_get(meta, "progressToken") || json_object_get(meta, MCP_META_LOG_LEVEL);
+}
+
 /* A request of revision 2026-07-28: served by a session of its own. */
 static int post_modern(struct mcp_http *m, struct MHD_Connection *conn, const char *tenant,
                        const json_t *msg, unsigned *status, struct mcp_http_request **slot)
@@ -593,7 +620,7 @@ static int post_modern(struct mcp_http *m, struct MHD_Connection *conn, const ch
         char remote[HTTP_REMOTE_MAX];
         (void)http_peer(conn, remote);
         mcp_session_set_remote(hs->s, remote);
-        if (mcp_is_call(msg) && accepts(conn, "text/event-stream"))
+        if (mcp_is_call(msg) && accepts(conn, "text/event-stream") && streams_something(msg))
                 return post_stream(m, conn, hs, msg, status, slot);
         int mhd = post_plain(m, conn, hs, msg, status);
         release(m, hs);

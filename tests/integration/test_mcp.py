@@ -537,13 +537,33 @@ def test_http_2026_log_level_is_per_request(serve):
         conn.request("POST", "/mcp", json.dumps(msg), {
             "Content-Type": "application/json", "Accept": "application/json, text/event-stream",
             "MCP-Protocol-Version": V2026, "Mcp-Method": "tools/call", "Mcp-Name": "run_shell"})
-        events = list(read_events(conn.getresponse()))
+        resp = conn.getresponse()
+        if resp.getheader("Content-Type") == "application/json":  # nothing asked to stream
+            events = [json.loads(resp.read())]
+        else:
+            events = list(read_events(resp))
         assert events[-1]["result"]["structuredContent"]["exit_code"] == 0, events
         return [e["params"]["level"] for e in events if e.get("method") == "notifications/message"]
 
     assert logs() == []
     assert "debug" in logs(**{"io.modelcontextprotocol/logLevel": "debug"})
     assert "debug" not in logs(**{"io.modelcontextprotocol/logLevel": "notice"})
+
+
+def test_http_2026_closing_the_connection_cancels_a_call(serve):
+    """A stateless call that asked for no progress and no logs is answered
+    in plain JSON; a client that goes away still cancels it."""
+    marker = f"close26marker{os.getpid()}x{time.monotonic_ns()}"
+    msg = rpc26("tools/call", {"name": "run_shell", "arguments": {
+        "command": sleeper("go", marker)}}, id=50)
+    conn = http.client.HTTPConnection("127.0.0.1", serve.port, timeout=60)
+    conn.request("POST", "/mcp", json.dumps(msg), {
+        "Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": V2026, "Mcp-Method": "tools/call", "Mcp-Name": "run_shell"})
+    wait_running(marker)
+    conn.sock.shutdown(socket.SHUT_RDWR)
+    conn.close()
+    assert_gone(marker)
 
 
 def read_events(resp):
