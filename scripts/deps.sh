@@ -38,8 +38,10 @@ codecage_build() {
 }
 
 # MCP: the pinned MCP clients the tests drive (tests/mcp/package-lock.json:
-# Node 22, the conformance suite, the TypeScript SDK, the Inspector), into
-# tests/mcp/node_modules. Debian's npm only fetches them; idempotent.
+# Node 22, the conformance suite, the TypeScript SDK, the Inspector, into
+# tests/mcp/node_modules; tests/mcp/next/package-lock.json: the clients of
+# revision 2026-07-28, into tests/mcp/next/node_modules). Debian's npm only
+# fetches them; idempotent.
 codecage_install_mcp_clients() {
         if ! command -v npm >/dev/null; then
                 if [ "$(id -u)" != 0 ]; then

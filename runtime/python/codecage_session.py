@@ -317,10 +317,27 @@ def error_info(exc):
     return {"type": type_name(exc), "message": message[:TEXT_MAX], "traceback": text[-TEXT_MAX:]}
 
 
-def done_frame(value_json, value_repr, error, duration_ms, host_calls):
+def exit_code_of(exc):
+    """The exit status `python3` running the code as a script would end with:
+    0 without an uncaught exception, n & 0xff for SystemExit(n), 0 for
+    SystemExit() / SystemExit(None), 1 for any other uncaught exception or a
+    SystemExit with a message."""
+    if exc is None:
+        return 0
+    if isinstance(exc, SystemExit):
+        code = exc.code
+        if code is None:
+            return 0
+        if isinstance(code, int):
+            return code & 0xFF
+    return 1
+
+
+def done_frame(value_json, value_repr, error, duration_ms, host_calls, exit_code=None):
     frame = {
         "op": "done",
         "status": "ok" if error is None else "error",
+        "exit_code": exit_code,
         "return_repr": value_repr,
         "error": error,
         "duration_ms": round(duration_ms, 3),
@@ -559,17 +576,18 @@ class Session:
             value = execute(body, last, self.ns)
             value_json, value_repr = describe(value, return_max)
             self.interruptible = False
-            error = None
+            error, exit_code = None, 0
         except BaseException as exc:
             self.interruptible = False
             value_json, value_repr, error = "null", None, error_info(exc)
+            exit_code = exit_code_of(exc)
         duration_ms = (time.perf_counter() - start) * 1000
         with self.lock:  # waits for a host call a thread of the code still has going
             self.running = False
         if signal.getsignal(signal.SIGINT) is not self.sigint:
             signal.signal(signal.SIGINT, self.sigint)
         flush_streams()
-        return done_frame(value_json, value_repr, error, duration_ms, self.calls)
+        return done_frame(value_json, value_repr, error, duration_ms, self.calls, exit_code)
 
     def register(self, name):
         """Installs a host function the server names in a run."""

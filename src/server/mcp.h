@@ -16,7 +16,9 @@
  *                    prompts, completion; argument checks
  *   mcp_server.c     the server object: options, providers, redactor
  *   mcp_protocol.c   the method table and dispatch: initialize, ping,
- *                    logging, notifications, the providers' methods
+ *                    logging, notifications, the providers' methods;
+ *                    revision 2026-07-28: server/discover, the checks of
+ *                    a stateless request, its results and errors
  *   mcp_stdio.c      newline-delimited JSON-RPC on stdin/stdout
  *   mcp_http.c       Streamable HTTP at /mcp of `codecage serve` (its event
  *                    streams are util/sse_queue.h, as the API's)
@@ -40,7 +42,11 @@
 struct cage_service;
 struct cage_redactor;
 
-#define MCP_VERSION_LATEST   "2025-11-25"
+#define MCP_VERSION_LATEST   "2025-11-25" /* the newest revision with initialize */
+#define MCP_VERSION_MODERN   "2026-07-28" /* stateless: every request carries its _meta */
+#define MCP_META_VERSION     "io.modelcontextprotocol/protocolVersion"
+#define MCP_META_CAPS        "io.modelcontextprotocol/clientCapabilities"
+#define MCP_META_LOG_LEVEL   "io.modelcontextprotocol/logLevel"
 #define MCP_SERVER_NAME      "codecage"
 #define MCP_CALLS_MAX        64           /* requests in flight per session */
 #define MCP_CLIENT_WAIT_MS   (600 * 1000) /* for the client's answer to our request */
@@ -132,6 +138,7 @@ enum mcp_log_level {
         MCP_LOG_CRITICAL,
         MCP_LOG_ALERT,
         MCP_LOG_EMERGENCY,
+        MCP_LOG_NONE, /* 2026-07-28: a request without a logLevel gets no log messages */
 };
 const char *mcp_log_level_to_string(enum mcp_log_level l);
 int mcp_log_level_from_string(const char *s); /* -1 unknown */
@@ -147,8 +154,9 @@ struct mcp_session {
         pthread_cond_t cond; /* an answer arrived, a call was cancelled, closed */
         int refs;
         bool initialized, closed;
-        bool deaf;                  /* the client can send nothing more (stdin ended) */
-        char version[16];           /* negotiated protocol revision */
+        bool stateless;   /* revision 2026-07-28: no initialize, each request has its _meta */
+        bool deaf;        /* the client can send nothing more (stdin ended) */
+        char version[16]; /* negotiated protocol revision */
         bool sampling, elicitation; /* client capabilities */
         enum mcp_log_level log_level;
         struct mcp_call *calls; /* requests in flight */
@@ -159,6 +167,9 @@ struct mcp_session {
 };
 
 struct mcp_session *mcp_session_new(struct mcp_server *srv, const char *tenant);
+/* A session of revision 2026-07-28: initialized at once, its requests
+ * checked by mcp_modern_check() first. */
+struct mcp_session *mcp_session_new_stateless(struct mcp_server *srv, const char *tenant);
 struct mcp_session *mcp_session_ref(struct mcp_session *s);
 struct mcp_session *mcp_session_unref(struct mcp_session *s);
 /* Cancels every call, fails every wait; later calls are refused. */
@@ -182,10 +193,12 @@ struct mcp_call {
         struct mcp_sink *sink;       /* where its notifications and requests go */
         json_t *id;
         char key[JSONRPC_KEY_MAX];
-        json_t *params;               /* an object */
-        const json_t *progress_token; /* params._meta.progressToken or NULL */
-        int cancel[2];                /* readable once cancelled (service cancel_fd) */
-        bool cancelled;               /* under session->lock */
+        json_t *params;                 /* an object */
+        const json_t *progress_token;   /* params._meta.progressToken or NULL */
+        enum mcp_log_level log_level;   /* stateless sessions: the request's own */
+        const char *missing_capability; /* mcp_call_has_capability() said no */
+        int cancel[2];                  /* readable once cancelled (service cancel_fd) */
+        bool cancelled;                 /* under session->lock */
         bool registered;
         struct mcp_call *next;
 };
@@ -201,6 +214,11 @@ void mcp_session_cancel(struct mcp_session *s, const json_t *id);
 void mcp_call_cancel(struct mcp_call *c);
 bool mcp_call_cancelled(struct mcp_call *c);
 
+/* Whether the client of the call declared capability `name` ("sampling",
+ * "elicitation"): in its initialize, or (2026-07-28) in the request's
+ * own _meta. A tool that cannot work without it returns NULL after a
+ * false: the call is answered MissingRequiredClientCapabilityError. */
+bool mcp_call_has_capability(struct mcp_call *c, const char *name);
 /* Sends a notification related to the call (progress, log). */
 int mcp_call_notify(struct mcp_call *c, const char *method, json_t *params);
 /* notifications/message when level passes the session's level. */
@@ -232,6 +250,20 @@ json_t *mcp_call_run(struct mcp_call *c);
 bool mcp_is_call(const json_t *msg);
 bool mcp_version_supported(const char *v);
 bool mcp_method_known(const char *method);
+/* Revision 2026-07-28 (stateless) rather than the initialize era: the
+ * request names a protocol version in params._meta, or the transport's
+ * version header (HTTP; NULL over stdio) names one that is not of the
+ * initialize era. */
+bool mcp_is_modern(const json_t *msg, const char *header_version);
+/* The checks of a 2026-07-28 request before it is dispatched: its _meta
+ * (protocolVersion, clientCapabilities, logLevel), the version header
+ * against it, the version itself. 0, or the HTTP status (400) with
+ * *answer the error response (UnsupportedProtocolVersionError -32022,
+ * HeaderMismatch -32020, -32602). */
+unsigned mcp_modern_check(const json_t *msg, const char *header_version, json_t **answer);
+/* The HTTP status of a 2026-07-28 response: 404 for -32601, 400 for the
+ * revision's own errors (-32020..-32022), else 200. */
+unsigned mcp_modern_http_status(const json_t *answer);
 
 /* ---- tools ----------------------------------------------------------------- */
 

@@ -127,8 +127,12 @@ static json_t *call_tool(const struct mcp_provider *p, struct mcp_call *c, const
         const json_t *fixed = json_object_get(json_object_get(p->data, "results"), name);
         if (fixed)
                 return json_deep_copy(fixed);
-        if (strcmp(name, "test_tool_with_logging") == 0)
+        if (strcmp(name, "test_tool_with_logging") == 0 || strcmp(name, "test_logging_tool") == 0)
                 return with_logging(c);
+        if (strcmp(name, "test_missing_capability") == 0)
+                return mcp_call_has_capability(c, "sampling")
+                               ? text_result("the client declared sampling")
+                               : NULL;
         if (strcmp(name, "test_tool_with_progress") == 0)
                 return with_progress(c);
         if (strcmp(name, "test_sampling") == 0)

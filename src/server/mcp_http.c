@@ -22,9 +22,18 @@
  * SESSION_IDLE_MS is closed, and when the table is full the least
  * recently used idle session makes room.
  *
+ * Revision 2026-07-28 is stateless: a POST without Mcp-Session-Id whose
+ * MCP-Protocol-Version header (or params._meta) names a version of no
+ * initialize era is served on its own, by a session made for it and gone
+ * with it (mcp_session_new_stateless()): its Mcp-Method and Mcp-Name
+ * headers must repeat the body's method and name (or uri), its _meta is
+ * checked (mcp_modern_check()), and the revision's errors get their HTTP
+ * statuses (400, 404 for an unknown or removed method). State across
+ * calls is a named sandbox.
+ *
  * DNS rebinding: http.c applies the Host / Origin policy of every route
- * (http_guard.c) before this file sees a request. An unsupported
- * MCP-Protocol-Version header is 400.
+ * (http_guard.c) before this file sees a request. In a session, an
+ * unsupported MCP-Protocol-Version header is 400.
  *
  * Locking: m->lock guards the session table, each entry's `users`,
  * `removed` and `get`; it may be held while taking a session's lock,
@@ -56,6 +65,9 @@
 #define SESSION_IDLE_MS     (10 * 60 * 1000)
 #define SESSION_HEADER      "Mcp-Session-Id"
 #define VERSION_HEADER      "MCP-Protocol-Version"
+#define METHOD_HEADER       "Mcp-Method"
+#define NAME_HEADER         "Mcp-Name"
+#define HEADER_VALUE_MAX    1024
 #define STREAM_QUEUE_MAX    (4 * 1024 * 1024) /* bytes of events waiting on one stream */
 
 struct http_session {
@@ -331,6 +343,13 @@ static int check_version(struct MHD_Connection *conn, unsigned *status, int *mhd
 
 /* ---- POST ---------------------------------------------------------------------------- */
 
+/* The HTTP status of an answer: 200 in a session, by its error in
+ * revision 2026-07-28. */
+static unsigned answer_status(const struct http_session *hs, const json_t *answer)
+{
+        return hs->s->stateless ? mcp_modern_http_status(answer) : 200;
+}
+
 /* struct mcp_sink.send of a request's stream: one `event: message`. */
 static int stream_send(struct mcp_sink *sink, const json_t *msg)
 {
@@ -390,7 +409,7 @@ static int post_stream(struct mcp_http *m, struct MHD_Connection *conn, struct h
         }
         *slot = r; /* mcp_http_request_done() cleans up from here on */
         if (mcp_receive(hs->s, &r->sink, msg, &answer, &call) != MCP_CALL)
-                return reply_json(conn, 200, answer, NULL, status);
+                return reply_json(conn, answer_status(hs, answer), answer, NULL, status);
         r->call = call;
         if (pthread_create(&r->worker, NULL, call_worker, r) != 0)
                 return reply_error(conn, 500, JSONRPC_INTERNAL_ERROR, "cannot start a thread",
@@ -427,7 +446,15 @@ static bool readable(int fd)
         return poll(&p, 1, 0) > 0;
 }
 
-static json_t *run_watched(struct mcp_http *m, struct mcp_call *call)
+/* The client closed its side of the connection (or it broke). */
+static bool hung_up(int fd)
+{
+        struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+        return fd >= 0 && poll(&p, 1, 0) > 0 &&
+               (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+}
+
+static json_t *run_watched(struct mcp_http *m, struct mcp_call *call, int client_fd)
 {
         struct watched w = {.call = call};
         pthread_t worker;
@@ -442,7 +469,7 @@ static json_t *run_watched(struct mcp_http *m, struct mcp_call *call)
                         clock_gettime(CLOCK_REALTIME, &until);
                         until.tv_sec += 1;
                         pthread_cond_timedwait(&w.cond, &w.lock, &until);
-                        if (!w.done && readable(m->shutdown_fd))
+                        if (!w.done && (readable(m->shutdown_fd) || hung_up(client_fd)))
                                 mcp_call_cancel(call);
                 }
                 pthread_mutex_unlock(&w.lock);
@@ -453,6 +480,13 @@ static json_t *run_watched(struct mcp_http *m, struct mcp_call *call)
         return w.answer;
 }
 
+static int connection_fd(struct MHD_Connection *conn)
+{
+        const union MHD_ConnectionInfo *ci =
+                MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        return ci ? ci->connect_fd : -1;
+}
+
 /* Anything else of a session: answered in the HTTP response. */
 static int post_plain(struct mcp_http *m, struct MHD_Connection *conn, struct http_session *hs,
                       const json_t *msg, unsigned *status)
@@ -461,11 +495,12 @@ static int post_plain(struct mcp_http *m, struct MHD_Connection *conn, struct ht
         struct mcp_call *call = NULL;
         switch (mcp_receive(hs->s, &discard_sink, msg, &answer, &call)) {
         case MCP_ANSWER:
-                return reply_json(conn, 200, answer, NULL, status);
-        case MCP_CALL: /* a client that takes no SSE: no progress, no sampling */
-                answer = run_watched(m, call);
+                return reply_json(conn, answer_status(hs, answer), answer, NULL, status);
+        case MCP_CALL: /* a client that takes no SSE (or, 2026-07-28, asked for
+                        * no progress and no logs): nothing to send first */
+                answer = run_watched(m, call, connection_fd(conn));
                 mcp_call_free(call);
-                return answer ? reply_json(conn, 200, answer, NULL, status)
+                return answer ? reply_json(conn, answer_status(hs, answer), answer, NULL, status)
                               : reply_empty(conn, 202, status);
         default:
                 return reply_empty(conn, 202, status);
@@ -512,6 +547,86 @@ static int post_without_session(struct mcp_http *m, struct MHD_Connection *conn,
                            status);
 }
 
+/* Whether header `name`, without the whitespace around it, is want. */
+static bool header_is(struct MHD_Connection *conn, const char *name, const char *want)
+{
+        const char *v = header(conn, name);
+        if (!v)
+                return false;
+        while (*v == ' ' || *v == '\t')
+                v++;
+        size_t n = strnlen(v, HEADER_VALUE_MAX + 1);
+        while (n > 0 && (v[n - 1] == ' ' || v[n - 1] == '\t'))
+                n--;
+        return n <= HEADER_VALUE_MAX && strlen(want) == n && memcmp(v, want, n) == 0;
+}
+
+/* 2026-07-28: Mcp-Method repeats the request's method, Mcp-Name its
+ * params.name (tools/call, prompts/get) or params.uri (resources/read).
+ * 0, or 400 with *answer the HeaderMismatch error. */
+static unsigned check_mcp_headers(struct MHD_Connection *conn, const json_t *msg, json_t **answer)
+{
+        const char *method = json_string_value(json_object_get(msg, "method"));
+        const json_t *params = json_object_get(msg, "params");
+        const json_t *id = jsonrpc_id(msg);
+        if (!method || !id)
+                return 0;
+        const char *name = json_string_value(json_object_get(params, "name"));
+        if (strcmp(method, "resources/read") == 0)
+                name = json_string_value(json_object_get(params, "uri"));
+        else if (strcmp(method, "tools/call") != 0 && strcmp(method, "prompts/get") != 0)
+                name = NULL;
+        bool method_ok = header_is(conn, METHOD_HEADER, method);
+        if (method_ok && (!name || header_is(conn, NAME_HEADER, name)))
+                return 0;
+        *answer = jsonrpc_errorf(
+                id, -32020, "Header mismatch: the %s header must repeat the request's %s",
+                method_ok ? NAME_HEADER : METHOD_HEADER, method_ok ? "name" : "method");
+        return 400;
+}
+
+/* 2026-07-28 has no requests to the client: a call's stream would carry
+ * only the progress and log messages the request asked for. Without them
+ * the answer is plain JSON, whose HTTP status can still say 400 (a
+ * missing client capability); closing the connection cancels it all the
+ * same. */
+static bool streams_something(const json_t *msg)
+{
+        const json_t *meta = json_object_get(json_object_get(msg, "params"), "_meta");
+        return json_object_get(meta, "progressToken") || json_object_get(meta, MCP_META_LOG_LEVEL);
+}
+
+/* A request of revision 2026-07-28: served by a session of its own. */
+static int post_modern(struct mcp_http *m, struct MHD_Connection *conn, const char *tenant,
+                       const json_t *msg, unsigned *status, struct mcp_http_request **slot)
+{
+        json_t *answer = NULL;
+        unsigned code = check_mcp_headers(conn, msg, &answer);
+        if (!code)
+                code = mcp_modern_check(msg, header(conn, VERSION_HEADER), &answer);
+        if (code)
+                return answer ? reply_json(conn, code, answer, NULL, status)
+                              : reply_error(conn, 500, JSONRPC_INTERNAL_ERROR, "out of memory",
+                                            status);
+        struct http_session *hs = calloc(1, sizeof(*hs));
+        if (hs)
+                hs->s = mcp_session_new_stateless(m->srv, tenant);
+        if (!hs || !hs->s) {
+                free(hs);
+                return reply_error(conn, 500, JSONRPC_INTERNAL_ERROR, "out of memory", status);
+        }
+        hs->removed = true; /* in no table: the last release() frees it */
+        hs->users = 1;
+        char remote[HTTP_REMOTE_MAX];
+        (void)http_peer(conn, remote);
+        mcp_session_set_remote(hs->s, remote);
+        if (mcp_is_call(msg) && accepts(conn, "text/event-stream") && streams_something(msg))
+                return post_stream(m, conn, hs, msg, status, slot);
+        int mhd = post_plain(m, conn, hs, msg, status);
+        release(m, hs);
+        return mhd;
+}
+
 static int post(struct mcp_http *m, struct MHD_Connection *conn, const char *tenant,
                 const char *body, size_t len, unsigned *status, struct mcp_http_request **slot)
 {
@@ -522,13 +637,15 @@ static int post(struct mcp_http *m, struct MHD_Connection *conn, const char *ten
                                    "Unsupported Media Type: send JSON with Content-Type: "
                                    "application/json",
                                    status);
-        if (check_version(conn, status, &mhd) < 0)
-                return mhd;
         json_auto_t *msg = jsonrpc_parse(body, len, &error);
         if (!msg)
                 return reply_json(conn, 400, error, NULL, status);
         const char *id = header(conn, SESSION_HEADER);
         struct http_session *hs = NULL;
+        if (!id && mcp_is_modern(msg, header(conn, VERSION_HEADER)))
+                return post_modern(m, conn, tenant, msg, status, slot);
+        if (check_version(conn, status, &mhd) < 0)
+                return mhd;
         if (!id)
                 return post_without_session(m, conn, tenant, msg, status);
         if (acquire(m, id, tenant, &hs) < 0)

@@ -164,8 +164,9 @@ json_t *mcp_providers_tools_call(struct mcp_call *c, struct mcp_error *e)
         json_t *result = mcp_tool_args_check(name, json_object_get(def, "inputSchema"), args);
         if (!result)
                 result = p->call(p, c, name, args);
-        return result ? result
-                      : mcp_fail(e, JSONRPC_INTERNAL_ERROR, "Internal error: out of memory");
+        return result || c->missing_capability
+                       ? result
+                       : mcp_fail(e, JSONRPC_INTERNAL_ERROR, "Internal error: out of memory");
 }
 
 /* ---- resources ---------------------------------------------------------------------- */

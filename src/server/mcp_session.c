@@ -45,6 +45,17 @@ struct mcp_session *mcp_session_new(struct mcp_server *srv, const char *tenant)
         return s;
 }
 
+struct mcp_session *mcp_session_new_stateless(struct mcp_server *srv, const char *tenant)
+{
+        struct mcp_session *s = mcp_session_new(srv, tenant);
+        if (!s)
+                return NULL;
+        s->stateless = true;
+        s->initialized = true;
+        snprintf(s->version, sizeof(s->version), "%s", MCP_VERSION_MODERN);
+        return s;
+}
+
 void mcp_session_set_remote(struct mcp_session *s, const char *remote)
 {
         pthread_mutex_lock(&s->lock);
@@ -186,6 +197,14 @@ int mcp_call_new(struct mcp_session *s, struct mcp_sink *sink, const json_t *msg
                 return r;
         }
         c->progress_token = progress_token(c->params);
+        c->log_level = MCP_LOG_NONE;
+        if (s->stateless) { /* checked by mcp_modern_check() */
+                const json_t *meta = json_object_get(c->params, "_meta");
+                int level = mcp_log_level_from_string(
+                        json_string_value(json_object_get(meta, MCP_META_LOG_LEVEL)));
+                if (level >= 0)
+                        c->log_level = (enum mcp_log_level)level;
+        }
         *ret = c;
         return 0;
 }
@@ -255,9 +274,30 @@ int mcp_call_notify(struct mcp_call *c, const char *method, json_t *params)
         return r;
 }
 
+bool mcp_call_has_capability(struct mcp_call *c, const char *name)
+{
+        struct mcp_session *s = c->session;
+        bool has;
+        if (s->stateless) {
+                const json_t *meta = json_object_get(c->params, "_meta");
+                has = json_is_object(json_object_get(json_object_get(meta, MCP_META_CAPS), name));
+        } else {
+                pthread_mutex_lock(&s->lock);
+                has = strcmp(name, "sampling") == 0      ? s->sampling
+                      : strcmp(name, "elicitation") == 0 ? s->elicitation
+                                                         : false;
+                pthread_mutex_unlock(&s->lock);
+        }
+        if (!has)
+                c->missing_capability = name;
+        return has;
+}
+
 void mcp_call_log(struct mcp_call *c, enum mcp_log_level level, const char *fmt, ...)
 {
-        if (level < mcp_session_log_level(c->session))
+        enum mcp_log_level min =
+                c->session->stateless ? c->log_level : mcp_session_log_level(c->session);
+        if (level < min)
                 return;
         char text[1024];
         va_list ap;

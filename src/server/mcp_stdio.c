@@ -13,7 +13,12 @@
  * Bounds: a line longer than limits.max_body_bytes is discarded up to its
  * newline and answered with a parse error. At end of input the running
  * calls finish and answer (a request to the client fails at once: no
- * answer can come); a stop request (SIGINT/SIGTERM) cancels them. */
+ * answer can come); a stop request (SIGINT/SIGTERM) cancels them.
+ *
+ * Both eras share the pipe: a request whose params._meta names its
+ * protocol version (revision 2026-07-28) is checked (mcp_modern_check())
+ * and served by the transport's stateless session, everything else by the
+ * initialize-era session; a notifications/cancelled reaches both. */
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -40,7 +45,8 @@ struct stdio_out {
 
 struct stdio_transport {
         struct mcp_server *srv;
-        struct mcp_session *session;
+        struct mcp_session *session; /* initialize era */
+        struct mcp_session *modern;  /* 2026-07-28: stateless */
         struct stdio_out out;
         pthread_mutex_t lock;
         pthread_cond_t idle; /* a worker finished */
@@ -203,7 +209,21 @@ static void handle_line(struct stdio_transport *t, const char *line, size_t len)
                 send_owned(t, error);
                 return;
         }
-        switch (mcp_receive(t->session, &t->out.sink, msg, &answer, &call)) {
+        struct mcp_session *s = t->session;
+        if (mcp_is_modern(msg, NULL)) {
+                if (mcp_modern_check(msg, NULL, &answer)) {
+                        send_owned(t, answer);
+                        return;
+                }
+                s = t->modern;
+        } else if (!jsonrpc_id(msg) && json_is_object(msg)) { /* a cancellation may be of either */
+                const char *method = json_string_value(json_object_get(msg, "method"));
+                if (method && strcmp(method, "notifications/cancelled") == 0)
+                        mcp_session_cancel(
+                                t->modern,
+                                json_object_get(json_object_get(msg, "params"), "requestId"));
+        }
+        switch (mcp_receive(s, &t->out.sink, msg, &answer, &call)) {
         case MCP_ANSWER:
                 send_owned(t, answer);
                 break;
@@ -302,10 +322,13 @@ static bool readable(int fd)
  * client anything fails at once); a stop request cancels them. */
 static void wait_workers(struct stdio_transport *t, int stop_fd, bool stopping)
 {
-        if (stopping)
+        if (stopping) {
                 mcp_session_close(t->session);
-        else
+                mcp_session_close(t->modern);
+        } else {
                 mcp_session_deafen(t->session);
+                mcp_session_deafen(t->modern);
+        }
         pthread_mutex_lock(&t->lock);
         while (t->workers > 0) {
                 struct timespec until;
@@ -319,6 +342,7 @@ static void wait_workers(struct stdio_transport *t, int stop_fd, bool stopping)
                 if (!stopping && readable(stop_fd)) {
                         stopping = true;
                         mcp_session_close(t->session);
+                        mcp_session_close(t->modern);
                 }
         }
         /* The kept threads go too: they use t, which is about to go. */
@@ -338,8 +362,12 @@ int mcp_stdio_run(struct mcp_server *srv, int in_fd, int out_fd, int stop_fd,
                 .max = srv->cfg->limits.max_body_bytes,
         };
         t.session = mcp_session_new(srv, CAGE_SERVICE_DEFAULT_TENANT);
-        if (!t.session)
+        t.modern = mcp_session_new_stateless(srv, CAGE_SERVICE_DEFAULT_TENANT);
+        if (!t.session || !t.modern) {
+                mcp_session_unref(t.session);
+                mcp_session_unref(t.modern);
                 return cage_fail(err, -ENOMEM, "mcp session");
+        }
         pthread_mutex_init(&t.out.lock, NULL);
         pthread_mutex_init(&t.lock, NULL);
         pthread_cond_init(&t.idle, NULL);
@@ -348,6 +376,7 @@ int mcp_stdio_run(struct mcp_server *srv, int in_fd, int out_fd, int stop_fd,
         int r = read_loop(&t, in_fd, stop_fd);
         wait_workers(&t, stop_fd, r != INPUT_END);
         mcp_session_unref(t.session);
+        mcp_session_unref(t.modern);
         pthread_cond_destroy(&t.idle);
         pthread_cond_destroy(&t.work);
         pthread_cond_destroy(&t.gone);

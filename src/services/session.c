@@ -572,6 +572,19 @@ static void copy_done(json_t *o, const json_t *done)
         }
 }
 
+/* The driver's exit_code (what python3 running the cell as a script would
+ * exit with), 0..255; null when the driver did not finish the run itself: a
+ * timeout's interrupt or a lost process ends it the way a killed process
+ * ends, without an exit status. */
+static json_t *exit_code_of(const struct run_state *st)
+{
+        const json_t *code = st->done ? json_object_get(st->done, "exit_code") : NULL;
+        if (st->interrupted || st->lost || !json_is_integer(code))
+                return json_null();
+        json_int_t v = json_integer_value(code);
+        return v >= 0 && v <= 255 ? json_integer(v) : json_null();
+}
+
 static json_t *build_result(struct run_state *st, uint64_t t0)
 {
         struct cage_result res = {.exit_code = -1};
@@ -594,7 +607,7 @@ static json_t *build_result(struct run_state *st, uint64_t t0)
         cage_result_free(&res);
         if (!o)
                 return NULL;
-        json_object_set_new(o, "exit_code", json_null());
+        json_object_set_new(o, "exit_code", exit_code_of(st));
         json_object_set_new(o, "state_lost", json_boolean(st->lost));
         json_object_set_new(o, "host_calls", json_integer(st->host_calls));
         if (st->done)

@@ -171,6 +171,26 @@ def test_syntax_error(server, box):
     assert run(server, box, "before")["return_value"] == 3
 
 
+EXIT_CASES = [("x = 1", "ok", 0), ("1/0", "error", 1), ("def broken(:\n    pass\n", "error", 1),
+              ("raise SystemExit(3)", "error", 3), ("import sys\nsys.exit()", "error", 0),
+              ("raise SystemExit(0)", "error", 0), ("raise SystemExit(256 + 7)", "error", 7),
+              ("raise SystemExit('bye')", "error", 1)]
+
+
+@pytest.mark.parametrize("code,status,exit_code", EXIT_CASES)
+def test_exit_code_is_the_scripts(server, box, code, status, exit_code):
+    res = run(server, box, code)
+    assert (res["status"], res["exit_code"]) == (status, exit_code), res
+    assert run(server, box, "7")["exit_code"] == 0  # the session goes on
+
+
+def test_exit_code_of_a_oneshot_and_a_timeout(server, box):
+    assert oneshot(server, "raise SystemExit(5)")["exit_code"] == 5
+    assert oneshot(server, "print(1)")["exit_code"] == 0
+    res = run(server, box, "import time\ntime.sleep(30)", timeout_s=1)
+    assert res["status"] == "timeout" and res["exit_code"] is None, res
+
+
 def test_output_capped_with_marker(server):
     name = create(server, output_max_bytes=1024)
     try:

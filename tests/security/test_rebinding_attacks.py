@@ -93,6 +93,23 @@ def test_a_page_opens_an_mcp_session(target):
     assert opened != target.protected, (r.status, r.body)
 
 
+def test_a_page_runs_code_over_stateless_mcp(target):
+    """Revision 2026-07-28 needs no session: one request runs code."""
+    page = rebound(target, origin=EVIL_ORIGIN)
+    page.update({"Accept": "application/json", "MCP-Protocol-Version": "2026-07-28",
+                 "Mcp-Method": "tools/call", "Mcp-Name": "run_shell"})
+    msg = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "run_shell", "arguments": {"command": "echo $API_KEY | rev",
+                                           "secrets": ["API_KEY"]},
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                  "io.modelcontextprotocol/clientCapabilities": {}}}}
+    r = target.request("POST", "/mcp", msg, headers=page)
+    ran = r.status == 200 and "result" in r.json
+    assert ran != target.protected, (r.status, r.body)
+    if target.protected:
+        assert r.status == 403 and runs_started(target) == []
+
+
 def test_what_stays_open_in_both_builds(target):
     """Local clients addressing the server by a local name, the Unix socket
     whatever its Host, and /healthz for a health checker's Host."""

@@ -100,6 +100,30 @@ def test_artifacts_of_another_tenants_run_over_mcp(target):
         assert theirs["error"]["code"] == -32002, theirs
 
 
+def stateless_read(server, token, uri):
+    """resources/read in revision 2026-07-28: no session, one request."""
+    msg = {"jsonrpc": "2.0", "id": 1, "method": "resources/read", "params": {
+        "uri": uri, "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                              "io.modelcontextprotocol/clientCapabilities": {}}}}
+    r = server.request("POST", "/mcp", msg, token=token, unix=False, headers={
+        "Accept": "application/json", "MCP-Protocol-Version": "2026-07-28",
+        "Mcp-Method": "resources/read", "Mcp-Name": uri})
+    return r
+
+
+def test_artifacts_of_another_tenants_run_over_stateless_mcp(target):
+    run_id = alice_run(target, *RUNS["python"])
+    uri = f"codecage://runs/{run_id}/output/report.txt"
+    assert stateless_read(target, None, uri).status == 401
+    own = stateless_read(target, ALICE, uri).json
+    assert own["result"]["contents"][0]["text"] == PRIVATE, own
+    theirs = stateless_read(target, BOB, uri).json
+    leaked = "result" in theirs and theirs["result"]["contents"][0].get("text") == PRIVATE
+    assert leaked != target.protected, theirs
+    if target.protected:
+        assert theirs["error"]["code"] == -32602 and theirs["error"]["data"] == {"uri": uri}
+
+
 def test_a_run_made_over_mcp_is_bound_too(target):
     """run_shell over MCP keeps its artifacts for its own tenant only."""
     alice = McpClient(target, ALICE)
