@@ -68,7 +68,8 @@ void session_copy_done(json_t *o, const json_t *done)
                 static const char *const keys[] = {"type", "message", "traceback"};
                 for (size_t i = 0; i < 3; i++) {
                         json_t *v = json_object_get(error, keys[i]);
-                        json_object_set(e, keys[i], json_is_string(v) ? v : json_string(""));
+                        json_object_set_new(e, keys[i],
+                                            json_is_string(v) ? json_incref(v) : json_string(""));
                 }
                 json_object_set_new(o, "error", e);
         } else {
