@@ -130,6 +130,12 @@ struct unpack_limits {
  * file bytes written. The caller discards root_fd's tree on failure. */
 int unpack_layer(int root_fd, int blob_fd, const struct unpack_limits *limits, uint64_t *ret_bytes,
                  struct cage_error *err);
+/* Turns a layer entry's name into a clean relative path ("./a//b/" ->
+ * "a/b", "" for the root itself) in out (size bytes): -EPERM for an
+ * absolute path or a ".." component, -ENAMETOOLONG past IMAGE_PATH_MAX
+ * bytes or 256 components (the guards of image-path and
+ * image-bounds; unpack.c). */
+int unpack_clean_path(const char *name, char *out, size_t size, struct cage_error *err);
 /* libarchive converts entry names through the calling thread's LC_CTYPE,
  * and image layers name their files in UTF-8 whatever locale codecage runs
  * in (often "C", where any non-ASCII name fails to convert): readers put

@@ -206,29 +206,34 @@ static int remove_children(int dir_fd, const struct path_set *keep, const char *
 
 /* ---- entry names ---- */
 
+static int fail_name(struct cage_error *err, int code, const char *name, const char *why)
+{
+        return cage_fail_plain(err, code, "layer entry \"%.200s\": %s", name, why);
+}
+
 static int fail_entry(struct layer *l, int code, const char *name, const char *why)
 {
-        return cage_fail_plain(l->err, code, "layer entry \"%.200s\": %s", name, why);
+        return fail_name(l->err, code, name, why);
 }
 
 /* Turns an archive name into a clean relative path ("./a//b/" -> "a/b"). */
-static int clean_path(struct layer *l, const char *name, char *out, size_t size)
+int unpack_clean_path(const char *name, char *out, size_t size, struct cage_error *err)
 {
         size_t depth = 0, o = 0;
         if (name[0] == '/')
                 out[o++] = '/'; /* kept only when the path guard is off */
         if (strlen(name) > IMAGE_PATH_MAX && image_guard_on(GUARD_BOUNDS))
-                return fail_entry(l, -ENAMETOOLONG, "(long)", "path longer than 4096 bytes");
+                return fail_name(err, -ENAMETOOLONG, "(long)", "path longer than 4096 bytes");
         if (name[0] == '/' && image_guard_on(GUARD_PATH))
-                return fail_entry(l, -EPERM, name, "absolute path refused");
+                return fail_name(err, -EPERM, name, "absolute path refused");
         for (const char *p = name; *p;) {
                 size_t n = strcspn(p, "/");
                 bool dotdot = n == 2 && p[0] == '.' && p[1] == '.';
                 if (dotdot && image_guard_on(GUARD_PATH))
-                        return fail_entry(l, -EPERM, name, "\"..\" refused");
+                        return fail_name(err, -EPERM, name, "\"..\" refused");
                 if (n > 0 && !(n == 1 && p[0] == '.')) {
                         if (o + n + 2 > size || ++depth > DEPTH_MAX)
-                                return fail_entry(l, -ENAMETOOLONG, name, "path too deep");
+                                return fail_name(err, -ENAMETOOLONG, name, "path too deep");
                         if (o && out[o - 1] != '/')
                                 out[o++] = '/';
                         memcpy(out + o, p, n);
@@ -322,7 +327,7 @@ static int make_hardlink(struct layer *l, const char *target, int parent_fd, con
         char clean[IMAGE_PATH_MAX + 1];
         if (!image_guard_on(GUARD_HARDLINK))
                 return linkat(l->root_fd, target, parent_fd, base, 0) < 0 ? -errno : 0;
-        int r = clean_path(l, target, clean, sizeof(clean));
+        int r = unpack_clean_path(target, clean, sizeof(clean), l->err);
         if (r < 0)
                 return r;
         if (!clean[0] || !set_has(&l->made, clean))
@@ -435,7 +440,8 @@ static int unpack_entry(struct layer *l, struct archive_entry *e)
 {
         char path[IMAGE_PATH_MAX + 1], name[IMAGE_PATH_MAX + 1];
         int r = count_entry(l);
-        if (r < 0 || (r = clean_path(l, archive_entry_pathname(e), path, sizeof(path))) < 0)
+        if (r < 0 ||
+            (r = unpack_clean_path(archive_entry_pathname(e), path, sizeof(path), l->err)) < 0)
                 return r;
         if (!path[0])
                 return 0; /* the root itself: its mode is the store's */

@@ -314,6 +314,17 @@ bool mcp_image_mime(const char *mime);
  * with each path segment percent-encoded. */
 char *mcp_uri_run(const char *run_id, const char *path);
 char *mcp_uri_sandbox_file(const char *name, const char *path);
+/* Such a URI taken apart (mcp_resources.c): which kind, the run id or
+ * sandbox name (a valid name), the percent-decoded, non-empty path. */
+struct mcp_resource_uri {
+        bool run;
+        char *id;
+        char *path;
+};
+/* 0, or -1 for anything but one of the two URIs above (the fields then
+ * hold what was decoded so far: clear them either way). */
+int mcp_resource_uri_parse(const char *uri, struct mcp_resource_uri *ret);
+void mcp_resource_uri_clear(struct mcp_resource_uri *u);
 /* Appends resource_link or image blocks for the artifacts of a result. */
 void mcp_add_artifacts(struct mcp_call *c, const char *sandbox, const json_t *result,
                        json_t *content);

@@ -64,22 +64,15 @@ static const char *mime_by_name(const char *path, bool text)
         return text ? "text/plain" : "application/octet-stream";
 }
 
-/* A decoded URI: which kind, the run id or sandbox name, the path. */
-struct target {
-        bool run;
-        char *id;
-        char *path;
-};
-
-static void target_clear(struct target *t)
+void mcp_resource_uri_clear(struct mcp_resource_uri *t)
 {
         free(t->id);
         free(t->path);
 }
 
 /* Splits "<id>/<rest>" after prefix; for sandboxes rest must start with
- * "files/". 0 or -1 (not a URI of ours). */
-static int parse_uri(const char *uri, struct target *t)
+ * "files/". */
+int mcp_resource_uri_parse(const char *uri, struct mcp_resource_uri *t)
 {
         const char *rest;
         if (strncmp(uri, run_prefix, sizeof(run_prefix) - 1) == 0) {
@@ -135,8 +128,8 @@ static json_t *contents(const char *uri, const char *path, const void *data, siz
                    : NULL;
 }
 
-/* Reads uri, which parse_uri() took apart into t. */
-static json_t *read_target(struct mcp_session *s, const char *uri, const struct target *t,
+/* Reads uri, which mcp_resource_uri_parse() took apart into t. */
+static json_t *read_target(struct mcp_session *s, const char *uri, const struct mcp_resource_uri *t,
                            struct mcp_error *e)
 {
         struct cage_error err = {0};
@@ -155,10 +148,11 @@ static json_t *read_target(struct mcp_session *s, const char *uri, const struct 
 int mcp_codecage_resource_read(const struct mcp_provider *p, struct mcp_session *s, const char *uri,
                                json_t **ret, struct mcp_error *e)
 {
-        struct target t = {0};
-        int r = parse_uri(uri, &t) < 0 ? 0 : 1; /* not ours: the dispatch's "not found" */
+        struct mcp_resource_uri t = {0};
+        int r = mcp_resource_uri_parse(uri, &t) < 0 ? 0
+                                                    : 1; /* not ours: the dispatch's "not found" */
         if (r)
                 *ret = read_target(s, uri, &t, e);
-        target_clear(&t);
+        mcp_resource_uri_clear(&t);
         return r;
 }

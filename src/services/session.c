@@ -6,6 +6,7 @@
  * the channel, the driver's stdout and stderr, the cancel fd and the
  * deadline together. */
 #include "session.h"
+#include "session_frame.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -56,20 +57,13 @@ static const char driver_boot[] = "import marshal, os\n"
                                   "del boot_read, h, pyc, src, fie, marshal\n"
                                   "exec(code)\n";
 
-struct frame_reader {
-        unsigned char hdr[8];
-        size_t got; /* bytes of header + json + blob read so far */
-        uint32_t json_len, blob_len;
-        char *json;
-};
-
 struct cage_session {
         struct cage_box *box;
         struct cage_box_proc *proc;
         int chan;
         uint32_t cell;
         bool dead;
-        struct frame_reader rd;
+        struct session_frame_reader rd;
         uint64_t cpu_ms;    /* the driver's CPU time at the end of the last call */
         uint64_t oom_kills; /* the sandbox's OOM kills when that was read last */
 };
@@ -129,27 +123,14 @@ static int send_frame(struct cage_session *s, json_t *msg, const void *blob, siz
         return r;
 }
 
-static void reader_reset(struct frame_reader *rd)
-{
-        free(rd->json);
-        memset(rd, 0, sizeof(*rd));
-}
-
 /* Reads what is there. 1: *ret is a complete message; 0: not yet; < 0:
  * the channel is closed or broke the protocol. */
 static int read_frame(struct cage_session *s, json_t **ret)
 {
-        struct frame_reader *rd = &s->rd;
+        struct session_frame_reader *rd = &s->rd;
         for (;;) {
-                size_t want;
                 char *dst;
-                if (rd->got < 8) {
-                        want = 8 - rd->got;
-                        dst = (char *)rd->hdr + rd->got;
-                } else {
-                        want = 8 + rd->json_len - rd->got;
-                        dst = rd->json + (rd->got - 8);
-                }
+                size_t want = session_frame_want(rd, &dst);
                 if (want == 0)
                         break;
                 ssize_t n = recv(s->chan, dst, want, 0);
@@ -157,27 +138,12 @@ static int read_frame(struct cage_session *s, json_t **ret)
                         return -EPIPE;
                 if (n < 0)
                         return errno == EAGAIN ? 0 : errno == EINTR ? 0 : -errno;
-                rd->got += (size_t)n;
-                if (rd->got == 8) {
-                        memcpy(&rd->json_len, rd->hdr, 4);
-                        memcpy(&rd->blob_len, rd->hdr + 4, 4);
-                        rd->json_len = ntohl(rd->json_len);
-                        rd->blob_len = ntohl(rd->blob_len);
-                        /* The driver never sends blobs. */
-                        if (rd->json_len < 2 || rd->json_len > SESSION_JSON_MAX || rd->blob_len)
-                                return -EPROTO;
-                        if (!(rd->json = malloc(rd->json_len)))
-                                return -ENOMEM;
-                }
+                int r = session_frame_got(rd, (size_t)n);
+                if (r < 0)
+                        return r;
         }
-        json_t *msg = json_loadb(rd->json, rd->json_len, JSON_REJECT_DUPLICATES, NULL);
-        reader_reset(rd);
-        if (!json_is_object(msg) || !json_is_string(json_object_get(msg, "op"))) {
-                json_decref(msg);
-                return -EPROTO;
-        }
-        *ret = msg;
-        return 1;
+        int r = session_frame_take(rd, ret);
+        return r < 0 ? r : 1;
 }
 
 static const char *op_of(const json_t *msg)
@@ -328,7 +294,7 @@ struct cage_session *cage_session_free(struct cage_session *s)
         cage_box_proc_free(s->proc);
         if (s->chan >= 0)
                 close(s->chan);
-        reader_reset(&s->rd);
+        session_frame_reset(&s->rd);
         free(s);
         return NULL;
 }
@@ -551,27 +517,6 @@ static void judge_oom(struct run_state *st, struct cage_result *res, uint64_t oo
                             "session's variables are kept");
 }
 
-/* The driver's fields, bounded: only what the contract names goes out. */
-static void copy_done(json_t *o, const json_t *done)
-{
-        json_t *rv = json_object_get(done, "return_value");
-        json_t *repr = json_object_get(done, "return_repr");
-        json_t *error = json_object_get(done, "error");
-        json_object_set(o, "return_value", rv ? rv : json_null());
-        json_object_set(o, "return_repr", json_is_string(repr) ? repr : json_null());
-        if (json_is_object(error)) {
-                json_t *e = json_object();
-                static const char *const keys[] = {"type", "message", "traceback"};
-                for (size_t i = 0; i < 3; i++) {
-                        json_t *v = json_object_get(error, keys[i]);
-                        json_object_set(e, keys[i], json_is_string(v) ? v : json_string(""));
-                }
-                json_object_set_new(o, "error", e);
-        } else {
-                json_object_set_new(o, "error", json_null());
-        }
-}
-
 /* The driver's exit_code (what python3 running the cell as a script would
  * exit with), 0..255; null when the driver did not finish the run itself: a
  * timeout's interrupt or a lost process ends it the way a killed process
@@ -611,9 +556,9 @@ static json_t *build_result(struct run_state *st, uint64_t t0)
         json_object_set_new(o, "state_lost", json_boolean(st->lost));
         json_object_set_new(o, "host_calls", json_integer(st->host_calls));
         if (st->done)
-                copy_done(o, st->done);
+                session_copy_done(o, st->done);
         else
-                copy_done(o, NULL);
+                session_copy_done(o, NULL);
         if (st->interrupted && !st->lost && json_is_null(json_object_get(o, "error")))
                 json_object_set_new(o, "error",
                                     json_pack("{s:s,s:s,s:s}", "type", "KeyboardInterrupt",

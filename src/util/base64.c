@@ -61,6 +61,7 @@ int cage_base64_decode(const char *s, size_t len, void **ret, size_t *ret_len)
                         return n;
                 w += (size_t)n;
         }
+        out[w] = '\0';
         *ret = TAKE_PTR(out);
         *ret_len = w;
         return 0;
