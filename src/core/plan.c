@@ -252,14 +252,12 @@ static bool env_overridden(const struct cage_spec *spec, const char *def)
         return false;
 }
 
-/* The supervisor's argv area ([arg_start, arg_end) of /proc/self/stat),
- * which init, a copy of the supervisor, wipes before the program starts. */
-static void find_arg_area(struct launch_plan *plan)
+void plan_arg_area(uintptr_t *ret_start, uintptr_t *ret_end)
 {
         _cleanup_close_ int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
         char buf[2048];
         ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
-        plan->arg_start = plan->arg_end = 0;
+        *ret_start = *ret_end = 0;
         if (n <= 0)
                 return;
         buf[n] = '\0';
@@ -273,7 +271,14 @@ static void find_arg_area(struct launch_plan *plan)
                 if ((p = strchr(p, ' ')))
                         p++;
         if (p && sscanf(p, "%llu %llu", &start, &end) == 2 && end > start)
-                plan->arg_start = (uintptr_t)start, plan->arg_end = (uintptr_t)end;
+                *ret_start = (uintptr_t)start, *ret_end = (uintptr_t)end;
+}
+
+/* The supervisor's argv area, which init, a copy of the supervisor, wipes
+ * before the program starts. */
+static void find_arg_area(struct launch_plan *plan)
+{
+        plan_arg_area(&plan->arg_start, &plan->arg_end);
 }
 
 static char *copy_str(char **pos, const char *s)

@@ -5,11 +5,17 @@
 #ifndef CODECAGE_CORE_PLAN_H
 #define CODECAGE_CORE_PLAN_H
 
+#include <stdint.h>
+
 #include "launch.h"
 
 /* Checks the host paths a spec names (image, mount sources). */
 int plan_check_inputs(const struct cage_spec *spec, struct cage_error *err);
 int plan_build(struct launch_plan *plan, const struct cage_spec *spec, struct cage_error *err);
 void plan_free(struct launch_plan *plan);
+
+/* [arg_start, arg_end) of /proc/self/stat: this process's argv strings,
+ * which /proc/PID/cmdline shows; 0, 0 when unknown. */
+void plan_arg_area(uintptr_t *ret_start, uintptr_t *ret_end);
 
 #endif

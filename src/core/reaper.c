@@ -28,6 +28,7 @@
 
 #include "cgroup.h"
 #include "launcher.h"
+#include "plan.h"
 #include "util/cleanup.h"
 #include "util/fdutil.h"
 
@@ -61,6 +62,19 @@ static int reaper_fds(int pipe_r)
 
 static int reap(pid_t owner);
 
+/* A plain fork shows the supervisor's command line (the sandboxed program's
+ * included) until it is overwritten: it shows what it is instead. */
+static void rename_self(void)
+{
+        static const char name[] = "codecage\0" LAUNCH_REAPER_COMMAND;
+        uintptr_t start, end;
+        plan_arg_area(&start, &end);
+        if (end <= start)
+                return;
+        memset((void *)start, 0, end - start);
+        memcpy((void *)start, name, sizeof(name) < end - start ? sizeof(name) : end - start - 1);
+}
+
 /* The forked child: exec'd afresh (a threaded caller: only async-signal-
  * safe calls may follow the fork) or, from a single-threaded caller, the
  * same code without an exec (cheaper on the path of a cold run). */
@@ -72,6 +86,7 @@ static _Noreturn void run_reaper(int pipe_r, pid_t owner, char *const argv[], bo
                 execv("/proc/self/exe", argv);
                 _exit(127);
         }
+        rename_self();
         _exit(reap(owner));
 }
 
