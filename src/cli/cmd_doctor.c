@@ -832,31 +832,42 @@ static void fix_v1_controller(const struct host *h, struct check *c, int i)
                     ctrl_names[i]);
 }
 
+/* Appends to cmds the write that enables what `want` lacks in dir's
+ * subtree_control. */
+static void fix_v2_subtree(const struct host *h, const char *dir, unsigned want, char *cmds,
+                           size_t size)
+{
+        char path[600], enabled[256], plus[64] = "";
+        snprintf(path, sizeof(path), "%s/cgroup.subtree_control", dir);
+        if (read_file_at(AT_FDCWD, path, enabled, sizeof(enabled)) < 0)
+                enabled[0] = '\0';
+        for (int i = 0; i <= CTRL_CPU; i++)
+                if ((want & (1u << i)) && !has_word(enabled, ctrl_names[i]))
+                        append(plus, sizeof(plus), "%s+%s", plus[0] ? " " : "", ctrl_names[i]);
+        if (plus[0])
+                append(cmds, size, "%secho '%s' | %stee %s >/dev/null", cmds[0] ? " && " : "", plus,
+                       h->sudo, path);
+}
+
 /* CODECAGE_CGROUP_PARENT names a group we may write whose ancestors do not
  * hand it the controllers in `want`: root enables them in each ancestor's
- * subtree_control, top down (codecage enables them in the parent itself).
- * False when there is no such ancestor to name. */
+ * subtree_control, from the mount down to the parent's parent (codecage
+ * enables them in the parent itself). False when there is none to name. */
 static bool fix_v2_ancestors(const struct host *h, struct check *c, const char *parent,
                              unsigned want)
 {
         size_t mlen = h->v2_mount ? strlen(h->v2_mount) : 0;
         if (!mlen || strncmp(parent, h->v2_mount, mlen) != 0 || parent[mlen] != '/')
                 return false;
-        char dir[512], path[600], enabled[256], cmds[2048] = "";
+        char dir[512], cmds[2048] = "";
         snprintf(dir, sizeof(dir), "%s", h->v2_mount);
-        for (const char *p = parent + mlen, *next; (next = strchr(p + 1, '/')); p = next) {
-                snprintf(path, sizeof(path), "%s/cgroup.subtree_control", dir);
-                if (read_file_at(AT_FDCWD, path, enabled, sizeof(enabled)) < 0)
-                        enabled[0] = '\0';
-                char plus[64] = "";
-                for (int i = 0; i <= CTRL_CPU; i++)
-                        if ((want & (1u << i)) && !has_word(enabled, ctrl_names[i]))
-                                append(plus, sizeof(plus), "%s+%s", plus[0] ? " " : "",
-                                       ctrl_names[i]);
-                if (plus[0])
-                        append(cmds, sizeof(cmds), "%secho '%s' | %stee %s >/dev/null",
-                               cmds[0] ? " && " : "", plus, h->sudo, path);
+        for (const char *p = parent + mlen;;) {
+                fix_v2_subtree(h, dir, want, cmds, sizeof(cmds));
+                const char *next = strchr(p + 1, '/');
+                if (!next)
+                        break;
                 append(dir, sizeof(dir), "%.*s", (int)(next - p), p);
+                p = next;
         }
         if (!cmds[0])
                 return false;
