@@ -65,7 +65,8 @@ ROOT_TESTS="tests/integration/test_run.py tests/integration/test_oom.py
         tests/integration/test_cli_sandbox.py tests/integration/test_crash_teardown.py
         tests/integration/test_doctor.py tests/integration/test_service.py
         tests/integration/test_tenancy.py tests/security"
-USER_TESTS="tests/integration/test_run.py tests/integration/test_cli_sandbox.py tests/integration/test_doctor.py tests/security"
+USER_TESTS="tests/integration/test_run.py tests/integration/test_cli_sandbox.py
+        tests/integration/test_doctor.py tests/security"
 PYTEST="python3 -m pytest -q -p no:cacheprovider -c tests/pytest.ini --rootdir tests"
 
 stage() {
