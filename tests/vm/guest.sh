@@ -28,6 +28,9 @@ mnt tmpfs /dev/shm -o mode=1777
 [ -e /dev/ptmx ] || ln -s pts/ptmx /dev/ptmx
 mnt cgroup2 /sys/fs/cgroup -o nsdelegate,memory_recursiveprot
 ip link set lo up
+# One interface besides loopback, as every host has: without a network
+# namespace a sandbox would see it (tests/security/test_host_visibility.py).
+modprobe -q dummy && ip link add codecage-vm0 type dummy && ip link set codecage-vm0 up
 modprobe -q loop
 modprobe -q overlay
 hostname codecage-vm
