@@ -440,6 +440,9 @@ static const struct kernel_feature {
         {5, 12, "idmapped mounts", "--rw binds are not idmapped", true, false},
         {5, 14, "cgroup.kill", "kill signals each process of a v2 group in turn", false, true},
         {5, 19, "memory.peak", "v2 peak memory is memory.current at the end", false, true},
+        {6, 3, "idmapped tmpfs",
+         "--rw binds of tmpfs directories are plain binds (their own permissions apply)", true,
+         false},
 };
 
 static bool kernel_at_least(unsigned major, unsigned minor, unsigned want_major,
@@ -829,19 +832,65 @@ static void fix_v1_controller(const struct host *h, struct check *c, int i)
                     ctrl_names[i]);
 }
 
+/* Appends to cmds the write that enables what `want` lacks in dir's
+ * subtree_control. */
+static void fix_v2_subtree(const struct host *h, const char *dir, unsigned want, char *cmds,
+                           size_t size)
+{
+        char path[600], enabled[256], plus[64] = "";
+        snprintf(path, sizeof(path), "%s/cgroup.subtree_control", dir);
+        if (read_file_at(AT_FDCWD, path, enabled, sizeof(enabled)) < 0)
+                enabled[0] = '\0';
+        for (int i = 0; i <= CTRL_CPU; i++)
+                if ((want & (1u << i)) && !has_word(enabled, ctrl_names[i]))
+                        append(plus, sizeof(plus), "%s+%s", plus[0] ? " " : "", ctrl_names[i]);
+        if (plus[0])
+                append(cmds, size, "%secho '%s' | %stee %s >/dev/null", cmds[0] ? " && " : "", plus,
+                       h->sudo, path);
+}
+
+/* CODECAGE_CGROUP_PARENT names a group we may write whose ancestors do not
+ * hand it the controllers in `want`: root enables them in each ancestor's
+ * subtree_control, from the mount down to the parent's parent (codecage
+ * enables them in the parent itself). False when there is none to name. */
+static bool fix_v2_ancestors(const struct host *h, struct check *c, const char *parent,
+                             unsigned want)
+{
+        size_t mlen = h->v2_mount ? strlen(h->v2_mount) : 0;
+        if (!mlen || strncmp(parent, h->v2_mount, mlen) != 0 || parent[mlen] != '/')
+                return false;
+        char dir[512], cmds[2048] = "";
+        snprintf(dir, sizeof(dir), "%s", h->v2_mount);
+        for (const char *p = parent + mlen;;) {
+                fix_v2_subtree(h, dir, want, cmds, sizeof(cmds));
+                const char *next = strchr(p + 1, '/');
+                if (!next)
+                        break;
+                append(dir, sizeof(dir), "%.*s", (int)(next - p), p);
+                p = next;
+        }
+        if (!cmds[0])
+                return false;
+        fix(c, "%s", cmds);
+        return true;
+}
+
 /* One fix per cause for the v2 controllers in the mask `missing`. */
 static void fix_v2_controllers(const struct host *h, struct check *c, const char *parent,
                                unsigned missing)
 {
         char absent[64] = "", plus[64] = "";
+        unsigned offered = 0;
         for (int i = 0; i <= CTRL_CPU; i++) {
                 if (!(missing & (1u << i)))
                         continue;
-                if (has_word(h->v2_controllers, ctrl_names[i]))
+                if (has_word(h->v2_controllers, ctrl_names[i])) {
+                        offered |= 1u << i;
                         append(plus, sizeof(plus), "%s+%s", plus[0] ? " " : "", ctrl_names[i]);
-                else
+                } else {
                         append(absent, sizeof(absent), "%s%s", absent[0] ? ", " : "",
                                ctrl_names[i]);
+                }
         }
         if (missing & (1u << CTRL_FREEZER))
                 fix(c, "install a 5.2+ kernel for cgroup.freeze");
@@ -851,13 +900,16 @@ static void fix_v2_controllers(const struct host *h, struct check *c, const char
                     "with the kernel parameter systemd.unified_cgroup_hierarchy=1 and no "
                     "cgroup_disable= for them",
                     absent);
-        if (plus[0] && !h->root) {
+        /* A group named by CODECAGE_CGROUP_PARENT: its ancestors, exactly. */
+        const char *env = secure_getenv("CODECAGE_CGROUP_PARENT");
+        bool named = plus[0] && !h->root && env && *env && fix_v2_ancestors(h, c, parent, offered);
+        if (plus[0] && !h->root && !named) {
                 fix(c, "let systemd delegate them: sudo mkdir -p "
                        "/etc/systemd/system/user@.service.d && printf '[Service]\\nDelegate=cpu "
                        "cpuset io memory pids\\n' | sudo tee "
                        "/etc/systemd/system/user@.service.d/delegate.conf && sudo systemctl "
                        "daemon-reload, then log in again");
-        } else if (plus[0]) {
+        } else if (plus[0] && h->root) {
                 char up[256];
                 snprintf(up, sizeof(up), "%s", parent);
                 char *slash = strrchr(up, '/');

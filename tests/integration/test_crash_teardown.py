@@ -92,6 +92,9 @@ def _ignore_errors(fn, *args, **kw):
 
 @pytest.mark.parametrize("point,how", CASES, ids=[f"{p}-{h}" for p, h in CASES])
 def test_kill9_during_teardown_leaves_nothing(tmp_path, point, how):
+    if point == "cgroup-frozen" and not os.path.isdir(FREEZER.rsplit("/", 1)[0]):
+        # cgroup v2 kills with cgroup.kill: there is no freeze to stop in.
+        pytest.skip("no cgroup v1 freezer: the freeze-kill-thaw path is v1's")
     env = dict(os.environ, CODECAGE_DEBUG_PAUSE=point)
     server = Server(tmp_path, extra={"pool_size": 0}, build=DEBUG_BUILD, env=env)
     second_pid = None

@@ -224,3 +224,78 @@ def test_a_failing_launch_step_fails_the_namespaces_check(unsafe_cage, step):
     assert p.returncode == 1, p.stdout
     verdict, line = lines_by_name(p.stdout)["namespaces"]
     assert verdict == "FAIL" and f"{step} failed: EIO" in line and "; fix: " in line, line
+
+
+# ---- cgroup v2 delegation ----
+
+def test_v2_delegated_group_without_root(cage):
+    """As a user given a delegated cgroup v2 group (CODECAGE_CGROUP_PARENT):
+    doctor says v2 under it, with memory, pids and cpu, delegated."""
+    parent = os.environ.get("CODECAGE_CGROUP_PARENT", "")
+    if os.geteuid() == 0 or not parent or mounted("/sys/fs/cgroup") != "cgroup2":
+        pytest.skip("needs a non-root user with a delegated cgroup v2 group "
+                    "in CODECAGE_CGROUP_PARENT")
+    p = doctor(cage, env=dict(os.environ))
+    found = lines_by_name(p.stdout)
+    verdict, line = found["cgroup"]
+    assert verdict == "ok" and " v2, " in line and parent in line, line
+    verdict, line = found["cgroup-controllers"]
+    assert verdict == "ok" and "v2: memory, pids, cpu" in line, line
+    verdict, line = found["cgroup-delegation"]
+    assert verdict == "ok" and "delegated to you" in line, line
+
+
+def test_v2_group_whose_ancestors_withhold_controllers(cage):
+    """A user's CODECAGE_CGROUP_PARENT whose ancestors do not pass memory,
+    pids and cpu down: doctor warns and its fix names each ancestor's
+    subtree_control, top down; run as root, that fix makes the check pass."""
+    root = Path("/sys/fs/cgroup")
+    if os.geteuid() != 0 or mounted(str(root)) != "cgroup2" or not shutil.which("setpriv"):
+        pytest.skip("needs root on a cgroup v2 host")
+    if not {"memory", "pids", "cpu"} <= set((root / "cgroup.subtree_control").read_text().split()):
+        pytest.skip("the root group does not pass memory, pids and cpu down")
+    top = root / f"codecage-doctor-{os.getpid()}"
+    mid = top / "mid"
+    user = mid / "user"
+    user.mkdir(parents=True)
+    try:
+        for f in ("", "cgroup.procs", "cgroup.subtree_control", "cgroup.threads"):
+            os.chown(user / f, 65534, 65534)
+        env = clean_env(CODECAGE_CGROUP_PARENT=str(user))
+
+        def check():
+            p = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                                str(cage.binary), "doctor", "--json"],
+                               capture_output=True, text=True, timeout=60, env=env, cwd="/")
+            return {c["name"]: c for c in json.loads(p.stdout)["checks"]}["cgroup-controllers"]
+
+        c = check()
+        assert c["status"] == "warn" and "no memory" in c["detail"], c
+        want = (f"echo '+memory +pids +cpu' | sudo tee {top}/cgroup.subtree_control >/dev/null"
+                f" && echo '+memory +pids +cpu' | sudo tee {mid}/cgroup.subtree_control"
+                " >/dev/null")
+        assert want in c["fix"], c
+        assert "systemd" not in c["fix"], c
+        subprocess.run(["sh", "-c", want.replace("sudo ", "")], check=True)
+        c = check()
+        assert c["status"] == "ok" and "v2: memory, pids, cpu" in c["detail"], c
+    finally:
+        for d in sorted((d for d in top.rglob("*") if d.is_dir()), key=lambda d: -len(d.parts)):
+            d.rmdir()
+        top.rmdir()
+
+
+def test_kernel_check_names_newer_features_and_their_fallbacks(cage):
+    """Each optional feature newer than the running kernel is named with
+    what codecage does without it (as root: idmapped tmpfs from 6.3);
+    those it has are listed."""
+    major, minor = (int(x) for x in os.uname().release.split(".")[:2])
+    verdict, line = lines_by_name(doctor(cage).stdout)["kernel"]
+    if (major, minor) >= (6, 3):
+        assert verdict == "ok" and "idmapped tmpfs (6.3)" in line, line
+    elif os.geteuid() == 0:
+        assert verdict == "warn", line
+        assert "idmapped tmpfs needs 6.3: --rw binds of tmpfs directories are plain" in line, line
+        assert "fix: install a 6.3+ kernel for idmapped tmpfs" in line, line
+    else:
+        assert "idmapped tmpfs" not in line, line
