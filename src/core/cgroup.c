@@ -874,7 +874,8 @@ static uint64_t oom_kills_v1_tree(int dirfd, int depth)
         return total;
 }
 
-static int stats_v1(struct cage_cgroup *cg, struct cgroup_stats *ret)
+/* CPU and memory use, without the OOM count (a walk of the subtree). */
+static int usage_v1(struct cage_cgroup *cg, struct cgroup_stats *ret)
 {
         int r = 0;
         if (cg->fd[HIER_CPUACCT] >= 0)
@@ -883,9 +884,15 @@ static int stats_v1(struct cage_cgroup *cg, struct cgroup_stats *ret)
         if (fd < 0)
                 return r;
         (void)read_u64_at(fd, "memory.usage_in_bytes", &ret->memory_bytes);
-        r = keep_first(r, read_u64_at(fd, "memory.max_usage_in_bytes", &ret->peak_memory_bytes));
-        ret->oom_kills = oom_kills_v1_tree(fd, 0) +
-                         __atomic_load_n(&cg->retired_oom_kills, __ATOMIC_RELAXED);
+        return keep_first(r, read_u64_at(fd, "memory.max_usage_in_bytes", &ret->peak_memory_bytes));
+}
+
+static int stats_v1(struct cage_cgroup *cg, struct cgroup_stats *ret)
+{
+        int r = usage_v1(cg, ret);
+        if (cg->fd[HIER_MEMORY] >= 0)
+                ret->oom_kills = oom_kills_v1_tree(cg->fd[HIER_MEMORY], 0) +
+                                 __atomic_load_n(&cg->retired_oom_kills, __ATOMIC_RELAXED);
         return r;
 }
 
@@ -915,14 +922,7 @@ int cage_cgroup_usage(struct cage_cgroup *cg, struct cgroup_stats *ret)
         memset(ret, 0, sizeof(*ret));
         if (cg->backend != CGROUP_BACKEND_V1)
                 return cage_cgroup_stats(cg, ret);
-        int r = 0;
-        if (cg->fd[HIER_CPUACCT] >= 0)
-                r = read_u64_at(cg->fd[HIER_CPUACCT], "cpuacct.usage", &ret->cpu_usage_ns);
-        int fd = cg->fd[HIER_MEMORY];
-        if (fd < 0)
-                return r;
-        (void)read_u64_at(fd, "memory.usage_in_bytes", &ret->memory_bytes);
-        return keep_first(r, read_u64_at(fd, "memory.max_usage_in_bytes", &ret->peak_memory_bytes));
+        return usage_v1(cg, ret);
 }
 
 int cage_cgroup_stats(struct cage_cgroup *cg, struct cgroup_stats *ret)
