@@ -148,7 +148,6 @@ void launcher_init(struct launcher *l, const struct cage_spec *spec)
                                .pidfd = -1,
                                .report_r = -1,
                                .sync_w = -1,
-                               .slot = {.lock_fd = -1},
                                .plan = {.stdin_fd = -1,
                                         .stdout_fd = -1,
                                         .stderr_fd = -1,

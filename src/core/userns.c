@@ -3,8 +3,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
-#include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,67 +14,109 @@
 #include "util/error.h"
 #include "util/fdutil.h"
 
-static int mkdir_p_root_only(void)
+/* The slots' lock file, opened once for the process: one byte per slot,
+ * held with an open-file-description lock (F_OFD_SETLK), so a sandbox's
+ * slot costs no fd of its own and a crash frees it with the process. Locks
+ * of one open file description never conflict with each other, so the
+ * slots this process holds are also kept in `held`. */
+static pthread_mutex_t slots_lock = PTHREAD_MUTEX_INITIALIZER;
+static int slots_fd = -1;
+static uint8_t held[UID_SLOT_COUNT / 8];
+
+static int open_slots_locked(void)
 {
+        if (slots_fd >= 0)
+                return 0;
         if (mkdir("/run/codecage", 0700) < 0 && errno != EEXIST)
                 return -errno;
         if (mkdir(UID_SLOT_DIR, 0700) < 0 && errno != EEXIST)
                 return -errno;
+        int fd = open(UID_SLOT_FILE, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd < 0)
+                return -errno;
+        slots_fd = fd;
         return 0;
 }
 
-static int try_slot(unsigned int slot)
+static int lock_byte(unsigned int slot, short type)
 {
-        char path[96];
-        snprintf(path, sizeof(path), UID_SLOT_DIR "/%u", slot);
-        int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-        if (fd < 0)
-                return -errno;
-        if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
-                int e = errno;
-                close(fd);
-                return -e;
-        }
-        return fd;
+        struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = slot, .l_len = 1};
+        return fcntl(slots_fd, F_OFD_SETLK, &fl) < 0 ? -errno : 0;
+}
+
+static bool is_held(unsigned int slot)
+{
+        return held[slot / 8] & (1u << (slot % 8));
+}
+
+static void set_held(unsigned int slot, bool on)
+{
+        if (on)
+                held[slot / 8] |= (uint8_t)(1u << (slot % 8));
+        else
+                held[slot / 8] &= (uint8_t) ~(1u << (slot % 8));
+}
+
+/* 0: slot is ours now; -EAGAIN: taken (here or by another process). */
+static int try_slot_locked(unsigned int slot)
+{
+        if (is_held(slot))
+                return -EAGAIN;
+        int r = lock_byte(slot, F_WRLCK);
+        if (r == -EACCES || r == -EAGAIN)
+                return -EAGAIN;
+        if (r == 0)
+                set_held(slot, true);
+        return r;
 }
 
 int cage_id_slot_acquire(struct id_slot *ret, struct cage_error *err)
 {
         if (geteuid() != 0) {
-                *ret = (struct id_slot){.privileged = false,
-                                        .host_uid = geteuid(),
-                                        .host_gid = getegid(),
-                                        .lock_fd = -1};
+                *ret = (struct id_slot){
+                        .privileged = false, .host_uid = geteuid(), .host_gid = getegid()};
                 return 0;
         }
-        int r = mkdir_p_root_only();
-        if (r < 0)
-                return cage_fail(err, r, "creating " UID_SLOT_DIR);
         /* Start at a random slot so concurrent launchers rarely collide. */
         unsigned int start = 0;
         if (getrandom(&start, sizeof(start), GRND_NONBLOCK) != sizeof(start))
                 start = (unsigned int)getpid();
+        pthread_mutex_lock(&slots_lock);
+        int r = open_slots_locked();
+        if (r < 0) {
+                pthread_mutex_unlock(&slots_lock);
+                return cage_fail(err, r, "opening " UID_SLOT_FILE);
+        }
         for (unsigned int i = 0; i < 256; i++) {
                 unsigned int slot = (start + i) % UID_SLOT_COUNT;
-                int fd = try_slot(slot);
-                if (fd == -EWOULDBLOCK)
+                r = try_slot_locked(slot);
+                if (r == -EAGAIN)
                         continue;
-                if (fd < 0)
-                        return cage_fail(err, fd, "locking uid slot %u", slot);
+                pthread_mutex_unlock(&slots_lock);
+                if (r < 0)
+                        return cage_fail(err, r, "locking uid slot %u", slot);
                 *ret = (struct id_slot){.privileged = true,
                                         .host_uid = UID_SLOT_BASE + slot,
                                         .host_gid = UID_SLOT_BASE + slot,
-                                        .lock_fd = fd};
+                                        .held = true};
                 return 0;
         }
+        pthread_mutex_unlock(&slots_lock);
         return cage_fail(err, -EAGAIN, "no free uid slot after 256 tries");
 }
 
 void cage_id_slot_release(struct id_slot *slot)
 {
-        if (slot->lock_fd >= 0)
-                close(slot->lock_fd);
-        slot->lock_fd = -1;
+        if (!slot->held)
+                return;
+        unsigned int n = slot->host_uid - UID_SLOT_BASE;
+        pthread_mutex_lock(&slots_lock);
+        if (n < UID_SLOT_COUNT && is_held(n)) {
+                (void)lock_byte(n, F_UNLCK);
+                set_held(n, false);
+        }
+        pthread_mutex_unlock(&slots_lock);
+        slot->held = false;
 }
 
 static int write_proc(pid_t pid, const char *file, const char *content)

@@ -1,9 +1,9 @@
 /* User namespace identity: which host uid/gid a sandbox's user maps to, and
  * writing the maps. As root every concurrent sandbox gets a distinct host uid
- * from a reserved range (a "slot", held by an flock'ed file for the life of
- * the sandbox, so a crash frees it); otherwise the caller's own uid is used,
- * as bubblewrap does. Inside, the program runs as spec->uid (SANDBOX_UID
- * unless an image's User says otherwise), mapped to that host id. */
+ * from a reserved range (a "slot": a byte of UID_SLOT_FILE locked by the
+ * process for the life of the sandbox, so a crash frees it); otherwise the caller's own uid is
+ * used, as bubblewrap does. Inside, the program runs as spec->uid (SANDBOX_UID unless an image's
+ * User says otherwise), mapped to that host id. */
 #ifndef CODECAGE_CORE_USERNS_H
 #define CODECAGE_CORE_USERNS_H
 
@@ -15,12 +15,13 @@
 #define UID_SLOT_BASE  0x60000000u /* 1610612736: far above any real user */
 #define UID_SLOT_COUNT 65536u
 #define UID_SLOT_DIR   "/run/codecage/uid-slots"
+#define UID_SLOT_FILE  UID_SLOT_DIR "/locks" /* byte N: slot N (F_OFD_SETLK) */
 
 struct id_slot {
         bool privileged; /* we are root: maps may name any host uid */
         uid_t host_uid;
         gid_t host_gid;
-        int lock_fd; /* holds the slot; -1 when not privileged */
+        bool held; /* this process holds the slot (privileged only) */
 };
 
 int cage_id_slot_acquire(struct id_slot *ret, struct cage_error *err);

@@ -242,8 +242,7 @@ int cage_zygote_start(const struct cage_spec *spec, const char *driver, size_t d
                 r = handshake(z, hello, err);
         if (r == 0)
                 z->shared = (struct id_slot){.host_uid = cage_box_host_uid(z->box),
-                                             .host_gid = cage_box_host_gid(z->box),
-                                             .lock_fd = -1};
+                                             .host_gid = cage_box_host_gid(z->box)};
         if (r < 0) {
                 cage_zygote_free(z);
                 return r;

@@ -21,7 +21,7 @@ from test_service import loops_backed_by, mounts_under
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the server's workspaces need root")
 
 UID_SLOT_BASE = 0x60000000
-UID_SLOT_DIR = "/run/codecage/uid-slots"
+UID_SLOT_FILE = "/run/codecage/uid-slots/locks"  # byte N locked: slot N held
 FREEZER = "/sys/fs/cgroup/freezer/codecage"
 
 # (pause point, what starts the teardown)
@@ -62,12 +62,12 @@ def uid_slots_of(pids):
 
 
 def slot_is_free(slot):
-    with open(f"{UID_SLOT_DIR}/{slot}", "r+") as f:
+    with open(UID_SLOT_FILE, "r+") as f:
         try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+            fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, slot)
+        except OSError:  # EAGAIN/EACCES: a codecage process holds it
             return False
-        fcntl.flock(f, fcntl.LOCK_UN)
+        fcntl.lockf(f, fcntl.LOCK_UN, 1, slot)
         return True
 
 
