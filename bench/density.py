@@ -166,7 +166,48 @@ def baseline_mem(n, wrap):
     return (a1 - a0) / n / 2**20, (u1 - u0) / n / 2**20
 
 
-def leftovers(data, pid):
+UID_SLOT_BASE = 0x60000000
+UID_SLOT_FILE = "/run/codecage/uid-slots/locks"  # byte N locked: uid slot N held
+
+
+def slots_of(pids):
+    """The uid slots the sandboxes' processes run as."""
+    out = set()
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/status") as f:
+                uid = next(int(l.split()[1]) for l in f if l.startswith("Uid:"))
+        except (OSError, StopIteration):
+            continue
+        if uid >= UID_SLOT_BASE:
+            out.add(uid - UID_SLOT_BASE)
+    return out
+
+
+def is_reaper(pid):
+    """The server's cgroup reaper (it lives as long as the server)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"__reap-cgroups" in f.read()
+    except OSError:
+        return True  # gone
+
+
+def slot_free(slot):
+    import fcntl
+    try:
+        with open(UID_SLOT_FILE, "r+") as f:
+            try:
+                fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, slot)
+            except OSError:
+                return False
+            fcntl.lockf(f, fcntl.LOCK_UN, 1, slot)
+    except FileNotFoundError:
+        pass
+    return True
+
+
+def leftovers(data, pid, slots):
     """What of the sandboxes is left while the server still runs."""
     out = {}
     cg = 0
@@ -175,13 +216,7 @@ def leftovers(data, pid):
         if os.path.isdir(d):
             cg += sum(1 for e in os.listdir(d) if e.startswith(f"run-{pid}-"))
     out["cgroups"] = cg
-    slots = 0
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            slots += os.readlink(f"/proc/{pid}/fd/{fd}").startswith("/run/codecage/uid-slots/")
-        except OSError:
-            pass
-    out["uid slots held"] = slots
+    out["uid slots held"] = sum(not slot_free(sl) for sl in slots)
     loops = 0
     for d in os.listdir("/sys/block"):
         try:
@@ -331,6 +366,7 @@ def run(a, n, block, data, sock, srv, base, a0, u0, k0):
     for what, (av, us) in base.items():
         print(f"  baseline {what}: {av:.2f} MiB of MemAvailable, {us:.2f} MiB used")
 
+    slots = slots_of(descendants(srv.pid))
     t = time.monotonic()
     for nm in names:
         st, _ = c.req("DELETE", f"/v1/sandboxes/{nm}")
@@ -340,9 +376,10 @@ def run(a, n, block, data, sock, srv, base, a0, u0, k0):
         print(f"removed {k} (answered) in {dt:.1f} s: {k / dt:.1f}/s")
     # Teardown finishes off the request path: wait until nothing is left.
     while time.monotonic() - t < dt + 300:
-        left = leftovers(data, srv.pid)
-        kids = subprocess.run(["pgrep", "-P", str(srv.pid)], capture_output=True,
-                              text=True).stdout.split()
+        left = leftovers(data, srv.pid, slots)
+        kids = [p for p in subprocess.run(["pgrep", "-P", str(srv.pid)], capture_output=True,
+                                          text=True).stdout.split()
+                if not is_reaper(p)]
         if not any(left.values()) and not kids and fds(srv.pid) <= fd0 + 1:
             break
         time.sleep(0.05)

@@ -63,10 +63,10 @@ int cage_box_exec(struct cage_box *box, const struct cage_exec *ex,
 struct cage_box_proc;
 int cage_box_spawn(struct cage_box *box, const struct cage_exec *ex, int channel_fd,
                    struct cage_box_proc **ret, struct cage_error *err);
-int cage_box_proc_stdout(const struct cage_box_proc *p);
-int cage_box_proc_stderr(const struct cage_box_proc *p);
+int cage_box_proc_stdout(struct cage_box_proc *p);
+int cage_box_proc_stderr(struct cage_box_proc *p);
 /* Readable when the process ended (then cage_box_proc_exited says so). */
-int cage_box_proc_status_fd(const struct cage_box_proc *p);
+int cage_box_proc_status_fd(struct cage_box_proc *p);
 bool cage_box_proc_exited(struct cage_box_proc *p, int *ret_wait_status);
 /* The errno of a failed execve of the process (ENOENT: no such program on
  * its PATH), or 0 when it did not fail (yet). */
@@ -77,10 +77,18 @@ void cage_box_proc_signal(struct cage_box_proc *p, int sig);
  * sandbox's OOM kills (one more read). */
 int cage_box_proc_usage(struct cage_box_proc *p, struct cage_box_usage *ret, bool with_oom);
 struct cage_box_proc *cage_box_proc_free(struct cage_box_proc *p);
-/* An idle process need not hold its cgroup's directory fds (5 on v1):
- * parked, they are opened again by the next call that needs them. Only
- * while no other thread uses p (or calls cage_box_proc_* on it). */
-void cage_box_proc_park(struct cage_box_proc *p);
+/* An idle process need not hold its fds: its cgroup's directory fds (5 on
+ * v1) are closed, to be opened again by the next call that needs them, and
+ * its output and status pipes, with *extra (a session's channel; NULL:
+ * none), go into one parked socket (util/fdpark.h): one fd instead of four.
+ * The process runs on; what it writes waits in the pipes. Every
+ * cage_box_proc_* call takes them back (cage_box_proc_unpark, which also
+ * restores *extra: call it before using *extra again). Only while no other
+ * thread uses p (or calls cage_box_proc_* on it). */
+void cage_box_proc_park(struct cage_box_proc *p, int *extra);
+/* 0, or -errno when the parked fds could not be taken back (then they are
+ * closed and the process counts as ended). */
+int cage_box_proc_unpark(struct cage_box_proc *p);
 
 /* Whether pid 1 is still there (it is gone after an OOM kill of it, or a
  * kill). */

@@ -21,6 +21,7 @@
 #include "util/cleanup.h"
 #include "util/clock.h"
 #include "util/error.h"
+#include "util/fdpark.h"
 #include "util/fdutil.h"
 #include "verdict.h"
 #include "watch.h"
@@ -495,7 +496,23 @@ int cage_box_exec(struct cage_box *box, const struct cage_exec *ex,
 
 struct cage_box_proc {
         struct exec_state st;
+        int park_fd; /* >= 0 while parked: its pipes (and *extra) are in it (fdpark.h) */
+        int *extra;  /* the caller's fd parked with them, or NULL */
 };
+
+/* Takes the parked pipes back (see cage_box_proc_park); when that fails
+ * they are closed, and the process counts as gone (status_r is -1). */
+int cage_box_proc_unpark(struct cage_box_proc *p)
+{
+        if (p->park_fd < 0)
+                return 0;
+        int none = -1;
+        int *const fds[] = {&p->st.w.out_r, &p->st.w.err_r, &p->st.status_r,
+                            p->extra ? p->extra : &none};
+        int r = fd_unpark(&p->park_fd, fds, 4);
+        p->extra = NULL;
+        return r;
+}
 
 int cage_box_spawn(struct cage_box *box, const struct cage_exec *ex, int channel_fd,
                    struct cage_box_proc **ret, struct cage_error *err)
@@ -506,6 +523,7 @@ int cage_box_spawn(struct cage_box *box, const struct cage_exec *ex, int channel
         struct cage_box_proc *p = calloc(1, sizeof(*p));
         if (!p)
                 return cage_fail(err, -ENOMEM, "exec");
+        p->park_fd = -1;
         struct exec_state *st = &p->st;
         exec_state_init(st, box, NULL, NULL);
         if (channel_fd >= 0) {
@@ -529,24 +547,28 @@ int cage_box_spawn(struct cage_box *box, const struct cage_exec *ex, int channel
         return 0;
 }
 
-int cage_box_proc_stdout(const struct cage_box_proc *p)
+int cage_box_proc_stdout(struct cage_box_proc *p)
 {
+        (void)cage_box_proc_unpark(p);
         return p->st.w.out_r;
 }
 
-int cage_box_proc_stderr(const struct cage_box_proc *p)
+int cage_box_proc_stderr(struct cage_box_proc *p)
 {
+        (void)cage_box_proc_unpark(p);
         return p->st.w.err_r;
 }
 
-int cage_box_proc_status_fd(const struct cage_box_proc *p)
+int cage_box_proc_status_fd(struct cage_box_proc *p)
 {
+        (void)cage_box_proc_unpark(p);
         return p->st.status_r;
 }
 
 bool cage_box_proc_exited(struct cage_box_proc *p, int *ret_wait_status)
 {
         struct exec_state *st = &p->st;
+        (void)cage_box_proc_unpark(p);
         struct pollfd pfd = {.fd = st->status_r, .events = POLLIN};
         while (!st->exited && !st->box_died && st->status_r >= 0 && poll(&pfd, 1, 0) == 1) {
                 on_status(st);
@@ -593,21 +615,33 @@ struct cage_box_proc *cage_box_proc_free(struct cage_box_proc *p)
                 (void)cage_cgroup_kill(st->cg);
         else if (st->id)
                 signal_exec(st, SIGKILL);
+        (void)cage_box_proc_unpark(p); /* the caller's extra fd is its own to close */
         cleanup(st);
         free(p);
         return NULL;
 }
 
-void cage_box_proc_park(struct cage_box_proc *p)
+void cage_box_proc_park(struct cage_box_proc *p, int *extra)
 {
         pthread_mutex_lock(&p->st.box->lock);
         cage_cgroup_park(p->st.cg);
         pthread_mutex_unlock(&p->st.box->lock);
+        if (p->park_fd >= 0)
+                return;
+        int none = -1;
+        int *const fds[] = {&p->st.w.out_r, &p->st.w.err_r, &p->st.status_r, extra ? extra : &none};
+        int park = fd_park(fds, 4);
+        if (park < 0)
+                return; /* still holding them: nothing lost */
+        p->park_fd = park;
+        p->extra = extra;
 }
 
 struct cage_box_proc *box_proc_adopt(struct cage_box *box, int out_r, int err_r, int status_r)
 {
         struct cage_box_proc *p = calloc(1, sizeof(*p));
+        if (p)
+                p->park_fd = -1;
         if (!p) {
                 close(out_r);
                 close(err_r);

@@ -279,11 +279,15 @@ const char *cage_session_driver_source(size_t *len)
 void cage_session_park(struct cage_session *s)
 {
         if (s)
-                cage_box_proc_park(s->proc);
+                cage_box_proc_park(s->proc, &s->chan);
 }
 
+/* Every use of a session starts here: a parked session takes its fds back
+ * (its channel with them); one that cannot is gone. */
 bool cage_session_alive(struct cage_session *s)
 {
+        if (cage_box_proc_unpark(s->proc) < 0 || s->chan < 0)
+                s->dead = true;
         return !s->dead && !cage_box_proc_exited(s->proc, NULL);
 }
 
@@ -291,6 +295,7 @@ struct cage_session *cage_session_free(struct cage_session *s)
 {
         if (!s)
                 return NULL;
+        (void)cage_box_proc_unpark(s->proc); /* the channel back, to be closed below */
         cage_box_proc_free(s->proc);
         if (s->chan >= 0)
                 close(s->chan);

@@ -73,8 +73,10 @@ int cage_session_run(struct cage_session *s, const struct cage_session_run *run,
 int cage_session_request(struct cage_session *s, json_t *msg, const void *blob, size_t blob_len,
                          uint64_t timeout_ms, json_t **ret, struct cage_error *err);
 
-/* An idle session need not hold its cgroup's directory fds: see
- * cage_box_proc_park(). Only while no call uses s. */
+/* An idle session need not hold its fds: its cgroup directory fds are
+ * closed and its pipes and channel parked in one socket (see
+ * cage_box_proc_park()); cage_session_alive(), which every use of a session
+ * calls first, takes them back. Only while no call uses s. */
 void cage_session_park(struct cage_session *s);
 bool cage_session_alive(struct cage_session *s);
 /* The driver's source (runtime/python/codecage_session.py), not

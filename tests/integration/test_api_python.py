@@ -571,3 +571,53 @@ def test_openapi_documents_the_python_routes(server):
         ("post", "/v1/sandboxes/{name}/python/variables/{var}/load"),
         ("get", "/v1/pool"), ("post", "/v1/host_calls/{id}"),
     } <= found
+
+
+def server_fds(s):
+    import os
+    return len(os.listdir(f"/proc/{s.proc.pid}/fd"))
+
+
+def test_idle_sessions_hold_few_fds_and_wake_intact(cage, tmp_path):
+    """An idle sandbox with a session costs the server at most 4 fds (pid 1's
+    pidfd, init's socket, the parked pipes and channel), yet its interpreter
+    keeps running: its writes to stdout and stderr while idle do not fail,
+    and the next call sees its state."""
+    s = Server(tmp_path, extra={"pool_size": 0})  # only these sandboxes hold fds
+    try:
+        base = server_fds(s)
+        names = []
+        for i in range(6):
+            n = new_name()
+            s.ok("POST", "/v1/sandboxes", {"name": n})
+            code = (f"import threading, sys, time\nx = {i}\nticks = []\nerrors = []\n"
+                    "stop = threading.Event()\n"
+                    "def tick():\n"
+                    "    while not stop.is_set():\n"
+                    "        try:\n"
+                    "            print('t', flush=True); sys.stderr.write('t\\n'); sys.stderr.flush()\n"
+                    "            ticks.append(1)\n"
+                    "        except Exception as e:\n"
+                    "            errors.append(repr(e)); return\n"
+                    "        time.sleep(0.05)\n"
+                    "threading.Thread(target=tick, daemon=True).start()\n")
+            r = s.ok("POST", f"/v1/sandboxes/{n}/python", {"code": code})
+            assert r["status"] == "ok", r
+            names.append(n)
+        # The server parks idle sandboxes on its own: wait until it has.
+        deadline = time.monotonic() + 60
+        while (server_fds(s) - base) / len(names) > 4:
+            assert time.monotonic() < deadline, f"{server_fds(s) - base} fds for {len(names)} idle"
+            time.sleep(0.2)
+        for n in names:
+            seen = s.ok("POST", f"/v1/sandboxes/{n}/python", {"code": "len(ticks)"})["return_value"]
+        time.sleep(0.5)  # the last one ticks on while parked (others already woke)
+        for i, n in enumerate(names):
+            r = s.ok("POST", f"/v1/sandboxes/{n}/python",
+                     {"code": "stop.set()\n(x + 1, errors, len(ticks) > 0)"})
+            assert r["status"] == "ok" and r["return_value"] == [i + 1, [], True], r
+        assert seen > 0
+        for n in names:
+            assert s.request("DELETE", f"/v1/sandboxes/{n}").status in (200, 204)
+    finally:
+        s.stop()
