@@ -601,6 +601,13 @@ int cage_box_proc_usage(struct cage_box_proc *p, struct cage_box_usage *ret, boo
         int r = cage_cgroup_usage(cg, &s);
         ret->cpu_ms = s.cpu_usage_ns / 1000000ULL;
         ret->memory_bytes = s.peak_memory_bytes;
+        struct cage_cgroup *box_cg = box_cgroup(p->st.box);
+        if (!ret->memory_bytes && box_cg && cg != box_cg) {
+                /* Exec groups have no memory controller: the sandbox's peak. */
+                uint64_t peak = 0;
+                if (cage_cgroup_memory_peak(box_cg, &peak) == 0)
+                        ret->memory_bytes = peak;
+        }
         if (with_oom)
                 ret->oom_kills = oom_kills_now(p->st.box);
         return r;

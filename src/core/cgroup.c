@@ -744,6 +744,16 @@ int cage_cgroup_create(const struct cgroup_host *host, const char *name,
  * v2, no controllers: the parent keeps none enabled for its subtree, so its
  * own processes may stay in it. It serves to kill and account for one part
  * of the tree. */
+/* A child group stays in its parent's v1 memory group: a v1 memory cgroup
+ * costs the kernel 150-400 KiB (per sandbox with a session, as much as its
+ * other kernel objects together), and the child's limit is its parent's
+ * anyway. Its memory is charged to, and its peak read from, the parent's,
+ * as on v2, where children get no memory controller. */
+static bool v1_shares_memory(const struct cage_cgroup *parent, int i)
+{
+        return parent->backend == CGROUP_BACKEND_V1 && i == HIER_MEMORY;
+}
+
 int cage_cgroup_create_child(struct cage_cgroup *parent, const char *leaf, struct cage_cgroup **ret,
                              struct cage_error *err)
 {
@@ -759,7 +769,7 @@ int cage_cgroup_create_child(struct cage_cgroup *parent, const char *leaf, struc
         int r = n < 0 || (size_t)n >= sizeof(cg->name) ? -ENAMETOOLONG : 0;
         for (int i = 0; i < HIER_MAX; i++) {
                 cg->fd[i] = -1;
-                if (r < 0 || parent->fd[i] < 0 || parent->alias[i])
+                if (r < 0 || parent->fd[i] < 0 || parent->alias[i] || v1_shares_memory(parent, i))
                         continue;
                 r = make_dir(cg, i, err);
         }
