@@ -8,8 +8,9 @@ measured in the same process, interleaved:
              bar: the async library within raw + 0.2 ms (median).
   one-shot   a pooled one-shot run_python("print(1)") through the library
              against the bare `/usr/bin/python3 -c 'print(1)'` process;
-             bar: at most 0.25x the bare process (median). The pool is
-             refilled between rounds, so every run is a pool hit.
+             bar: at most 0.25x the bare process (median). The same request
+             made raw (http.client) shows the server's share. The pool is
+             refilled before each run, so every run is a pool hit.
 
 Starts its own `codecage serve` (build dir: --build, default build) with a
 private data directory; imports the client from clients/python/src unless
@@ -137,25 +138,36 @@ def wait_pool_ready(sync, size, timeout=60):
 
 def bench_oneshot(sock, rounds, pool_size):
     sync = codecage.sync.SandboxClient(sock)
-    times = {"bare": [], "library": []}
+    raw = UnixHTTPConnection(sock)
+    times = {"bare": [], "raw": [], "library": []}
 
     async def main():
         aclient = codecage.SandboxClient(sock)
         await aclient.run_python("print(1)")  # the first request of a fresh client
-        for _ in range(rounds):
+        async def run_raw():
+            r = raw_post(raw, "/v1/python", {"code": "print(1)"})
+            assert r["stdout"] == "1\n" and r["pooled"], r
+
+        async def run_library():
+            r = await aclient.run_python("print(1)")
+            assert r.stdout == "1\n" and r.pooled, r
+
+        for i in range(rounds):
             t = time.perf_counter()
             subprocess.run(["/usr/bin/python3", "-c", "print(1)"], stdout=subprocess.DEVNULL,
                            check=True)
             times["bare"].append(time.perf_counter() - t)
-            wait_pool_ready(sync, pool_size)
-            t = time.perf_counter()
-            r = await aclient.run_python("print(1)")
-            times["library"].append(time.perf_counter() - t)
-            assert r.stdout == "1\n" and r.pooled, r
+            order = [("raw", run_raw), ("library", run_library)]
+            for key, fn in order if i % 2 == 0 else order[::-1]:  # neither always goes first
+                wait_pool_ready(sync, pool_size)
+                t = time.perf_counter()
+                await fn()
+                times[key].append(time.perf_counter() - t)
         await aclient.close()
 
     asyncio.run(main())
     sync.close()
+    raw.close()
     return {k: summary(v) for k, v in times.items()}
 
 
@@ -193,8 +205,11 @@ def main():
           f"sync {sess['sync']['median_ms'] - sess['raw']['median_ms']:+.3f} ms")
     print(f"one-shot run_python('print(1)'), pooled ({a.oneshot_rounds} rounds):")
     ln("bare python3 -c 'print(1)'", one["bare"])
+    ln("raw HTTP POST /v1/python", one["raw"])
     ln("codecage.SandboxClient.run_python", one["library"])
-    print(f"  ratio library/bare {ratio:.2f}x (bar: <= 0.25x)")
+    print(f"  ratio library/bare {ratio:.2f}x (bar: <= 0.25x)   raw/bare "
+          f"{one['raw']['median_ms'] / one['bare']['median_ms']:.2f}x   library - raw "
+          f"{one['library']['median_ms'] - one['raw']['median_ms']:+.3f} ms")
 
 
 if __name__ == "__main__":
