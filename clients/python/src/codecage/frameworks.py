@@ -21,6 +21,7 @@ in this process, their arguments and results cross as JSON.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import posixpath
 import uuid
 from dataclasses import dataclass
@@ -125,8 +126,44 @@ class _SessionBacked:
         return self.session.run(code, timeout=self.timeout)
 
 
+def _by_keyword(name: str, f: Callable[..., Any]) -> Callable[..., Any]:
+    """f, callable with positional arguments too: they are bound to its
+    parameter names by its signature and passed as keywords (DSPy's tools
+    take keyword arguments)."""
+    try:
+        sig = inspect.signature(f)
+    except (TypeError, ValueError):
+        return f
+    kinds = {p.kind for p in sig.parameters.values()}
+    if inspect.Parameter.VAR_POSITIONAL in kinds or inspect.Parameter.POSITIONAL_ONLY in kinds:
+        return f
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if args:
+            try:
+                bound = sig.bind(*args, **kwargs)
+            except TypeError as e:
+                raise HostFunctionError(f"{name}{sig}: {e}") from None
+            kwargs = {}
+            for k, v in bound.arguments.items():
+                if sig.parameters[k].kind is inspect.Parameter.VAR_KEYWORD:
+                    kwargs.update(v)
+                else:
+                    kwargs[k] = v
+        return f(**kwargs)
+
+    return call
+
+
 class CodeInterpreter(_SessionBacked):
-    """DSPy's CodeInterpreter on a codecage sandbox."""
+    """DSPy's CodeInterpreter on a codecage sandbox.
+
+    output_fields (set by dspy.RLM: [{"name": ..., "type": ...}]) gives
+    SUBMIT its parameters: SUBMIT(a, b) or SUBMIT(a=..., b=...) ends the
+    run with FinalOutput({"a": ..., "b": ...}); without them SUBMIT(output)
+    gives FinalOutput({"output": output}). Once the sandbox's Python state
+    is lost (its process died or the sandbox was stopped), every execute()
+    raises CodeInterpreterError: a new interpreter is needed."""
 
     execution_instructions = (
         "Python 3 in a Linux sandbox (codecage): state persists across steps, the standard "
@@ -134,27 +171,43 @@ class CodeInterpreter(_SessionBacked):
         "Call SUBMIT(...) with the final outputs.")
 
     def __init__(self, tools: Optional[Mapping[str, Callable[..., Any]]] = None, *,
+                 output_fields: Optional[List[Dict[str, Any]]] = None,
                  client: Optional["_sync.SandboxClient"] = None, name: Optional[str] = None,
                  timeout: Optional[float] = None, **spec: Any) -> None:
         super().__init__(client, name, timeout, spec)
         self._tools: Dict[str, Callable[..., Any]] = dict(tools or {})
+        self.output_fields = output_fields
+        self._lost: Optional[str] = None
 
     @property
     def tools(self) -> Dict[str, Callable[..., Any]]:
         return self._tools
 
+    def _submit(self, *args: Any, **kwargs: Any) -> Dict[str, Any]:
+        names = [str(f["name"]) for f in self.output_fields or ()] or ["output"]
+        sig = inspect.Signature([inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+                                 for n in names])
+        try:
+            return dict(sig.bind(*args, **kwargs).arguments)
+        except TypeError as e:
+            raise HostFunctionError(f"SUBMIT{sig}: {e}") from None
+
     def execute(self, code: str, variables: Optional[Dict[str, Any]] = None) -> Any:
         compile(code, "<code>", "exec")  # a SyntaxError is raised as it is
+        if self._lost is not None:
+            raise CodeInterpreterError(f"the interpreter's state was lost: {self._lost}")
         self.start()
         assert self.session is not None
         for k, v in (variables or {}).items():
             self.session.set_variable(k, v)
-        final = _Final()
-        r = self._run(code, {**self._tools, "SUBMIT": final})
+        final = _Final(self._submit)
+        tools = {n: _by_keyword(n, f) for n, f in self._tools.items()}
+        r = self._run(code, {**tools, "SUBMIT": final})
         if final.given:
             return FinalOutput(final.value)
         if r.state_lost:
-            raise CodeInterpreterError(f"the interpreter's state was lost: {r.reason or r.status}")
+            self._lost = r.reason or r.status
+            raise CodeInterpreterError(f"the interpreter's state was lost: {self._lost}")
         if r.error is not None:
             raise CodeExecutionError(f"{r.error.type}: {r.error.message}")
         if not r.ok:
