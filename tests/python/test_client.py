@@ -481,3 +481,40 @@ def test_spec_workspace_secrets_and_labels(codecage_pkg, tmp_path):
             c.remove("ws")
     finally:
         s.kill9()
+
+
+def test_health_sandboxes_start_remove_and_fetch_url(codecage_pkg, tmp_path):
+    """The calls the other tests leave out: health(), sandboxes(), a
+    handle's start() and remove(), fetch_url() (allowed and refused)."""
+    import functools
+    import http.server
+    import threading
+    cc = codecage_pkg
+    (tmp_path / "www").mkdir()
+    (tmp_path / "www" / "f.txt").write_text("served")
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(
+        http.server.SimpleHTTPRequestHandler, directory=str(tmp_path / "www")))
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    port = httpd.server_address[1]
+    (tmp_path / "srv").mkdir()
+    s = serverlib.Server(tmp_path / "srv", extra={
+        "network": {"allow": [f"127.0.0.1:{port}"], "allow_private": ["127.0.0.1"]}})
+    try:
+        with cc.sync.SandboxClient(s.socket_path) as c:
+            assert c.health()["status"] == "ok"
+            h = c.create(cc.SandboxSpec("box", labels={"k": "v"}))
+            infos = c.sandboxes(label="k=v")
+            assert [i["name"] for i in infos] == ["box"] and infos[0]["labels"] == {"k": "v"}
+            assert c.sandboxes(label="k=w") == []
+            h.stop()
+            h.start()
+            assert h.info()["state"] == "running"
+            assert h.fetch_url("d/f.txt", f"http://127.0.0.1:{port}/f.txt") == 6
+            assert h.read_file("d/f.txt") == b"served"
+            with pytest.raises(cc.Forbidden, match="url"):
+                h.fetch_url("d/g.txt", f"http://127.0.0.1:{serverlib.free_port()}/f.txt")
+            h.remove()
+            assert "box" not in c.list()
+    finally:
+        s.kill9()
+        httpd.shutdown()
