@@ -12,6 +12,7 @@ and driven through them:
   (PythonExecutor, CodeOutput) and agents.py (CodeAgent's calls)."""
 import dataclasses
 import inspect
+from typing import Any, Callable, Dict, Optional, Protocol, runtime_checkable
 
 import pytest
 
@@ -23,6 +24,20 @@ DSPY_METHODS = {"start": [], "execute": [("code", POS, E), ("variables", POS, No
                 "shutdown": []}
 SMOL_METHODS = {"send_tools": [("tools", POS, E)], "send_variables": [("variables", POS, E)],
                 "__call__": [("code_action", POS, E)], "cleanup": []}
+
+
+@runtime_checkable
+class CodeInterpreterShape(Protocol):
+    """DSPy's CodeInterpreter protocol, which dspy.RLM checks with isinstance."""
+
+    @property
+    def tools(self) -> Dict[str, Callable[..., Any]]: ...
+
+    def start(self) -> None: ...
+
+    def execute(self, code: str, variables: Optional[Dict[str, Any]] = None) -> Any: ...
+
+    def shutdown(self) -> None: ...
 
 
 def params(f):
@@ -67,6 +82,7 @@ def test_dspy_code_interpreter(client):
         return [query + "!"] * limit
 
     with CodeInterpreter(tools={"search": search}, client=client, timeout=10) as ci:
+        assert isinstance(ci, CodeInterpreterShape)
         name = ci.name
         assert name in client.list()
         ci.start()  # idempotent

@@ -51,12 +51,15 @@ except Exception:  # noqa: BLE001 - DSPy absent or of another version
             return f"FinalOutput({self.output!r})"
 
         def __eq__(self, other: object) -> bool:
-            return isinstance(other, FinalOutput) and self.output == other.output
+            if not isinstance(other, FinalOutput):
+                return NotImplemented
+            return bool(self.output == other.output)
 
 try:  # pragma: no cover - only with smolagents installed
     from smolagents.local_python_executor import (  # type: ignore[import]
-        CodeOutput, InterpreterError)
+        CodeOutput, InterpreterError, PythonExecutor as _SmolExecutor)
 except Exception:  # noqa: BLE001
+    _SmolExecutor = object
     @dataclass
     class CodeOutput:  # type: ignore[no-redef]
         output: Any
@@ -226,7 +229,7 @@ class CodeInterpreter(_SessionBacked):
         self.shutdown()
 
 
-class PythonExecutor(_SessionBacked):
+class PythonExecutor(_SessionBacked, _SmolExecutor):  # type: ignore[misc]
     """smolagents' PythonExecutor on a codecage sandbox."""
 
     def __init__(self, additional_authorized_imports: Any = None, *,
