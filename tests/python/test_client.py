@@ -424,22 +424,46 @@ def test_without_tenants_on_the_unix_socket(codecage_pkg, tmp_path):
 # ---- restart and concurrency --------------------------------------------------
 
 
-def test_handle_survives_a_server_restart(codecage_pkg, tmp_path):
+@pytest.mark.parametrize("transport", ["tcp", "unix"])
+def test_handle_survives_a_server_restart(codecage_pkg, tmp_path, transport):
+    """A handle to a named sandbox keeps working across a restart of the
+    server, blocking and async, over TCP with a token and over the socket:
+    the kept-alive connections the restart closed are replaced."""
+    cc = codecage_pkg
     s = serverlib.Server(tmp_path, tenants={"t1": TOKEN})
+    url = f"http://127.0.0.1:{s.port}" if transport == "tcp" else f"unix://{s.socket_path}"
     try:
-        with codecage_pkg.sync.SandboxClient(f"http://127.0.0.1:{s.port}", TOKEN) as c:
+        with cc.sync.SandboxClient(url, TOKEN) as c:
             h = c.create("keep")
             h.write_file("state.txt", "before")
             h.session().run("v = 1")
+            aclient = cc.SandboxClient(url, TOKEN)
+
+            async def use(handle):  # one kept-alive connection of the async client
+                return (await handle.shell("cat state.txt")).stdout
+
+            loop = asyncio.new_event_loop()
+            ah = loop.run_until_complete(aclient.get("keep"))
+            assert loop.run_until_complete(use(ah)) == "before"
             s.stop()
-            with pytest.raises(codecage_pkg.SandboxUnavailable):
+            with pytest.raises(cc.SandboxUnavailable):
                 h.shell("true")
             s.start()
-            # the same handle and client, over new connections
+            # the same handles and clients, over new connections (the async client's
+            # idle connection died with the old server: its next request finds it
+            # closed and goes again over a new one)
             r = h.shell("cat state.txt")
             assert r.stdout == "before" and r.ok
             assert "keep" in c.list()
             assert h.session().run("1 + 1").return_value == 2
+            assert loop.run_until_complete(use(ah)) == "before"
+            s.stop()
+            with pytest.raises(cc.SandboxUnavailable):
+                loop.run_until_complete(use(ah))
+            s.start()
+            assert loop.run_until_complete(use(ah)) == "before"
+            loop.run_until_complete(aclient.close())
+            loop.close()
             c.remove("keep")
     finally:
         s.stop()
@@ -481,3 +505,40 @@ def test_spec_workspace_secrets_and_labels(codecage_pkg, tmp_path):
             c.remove("ws")
     finally:
         s.kill9()
+
+
+def test_health_sandboxes_start_remove_and_fetch_url(codecage_pkg, tmp_path):
+    """The calls the other tests leave out: health(), sandboxes(), a
+    handle's start() and remove(), fetch_url() (allowed and refused)."""
+    import functools
+    import http.server
+    import threading
+    cc = codecage_pkg
+    (tmp_path / "www").mkdir()
+    (tmp_path / "www" / "f.txt").write_text("served")
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(
+        http.server.SimpleHTTPRequestHandler, directory=str(tmp_path / "www")))
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    port = httpd.server_address[1]
+    (tmp_path / "srv").mkdir()
+    s = serverlib.Server(tmp_path / "srv", extra={
+        "network": {"allow": [f"127.0.0.1:{port}"], "allow_private": ["127.0.0.1"]}})
+    try:
+        with cc.sync.SandboxClient(s.socket_path) as c:
+            assert c.health()["status"] == "ok"
+            h = c.create(cc.SandboxSpec("box", labels={"k": "v"}))
+            infos = c.sandboxes(label="k=v")
+            assert [i["name"] for i in infos] == ["box"] and infos[0]["labels"] == {"k": "v"}
+            assert c.sandboxes(label="k=w") == []
+            h.stop()
+            h.start()
+            assert h.info()["state"] == "running"
+            assert h.fetch_url("d/f.txt", f"http://127.0.0.1:{port}/f.txt") == 6
+            assert h.read_file("d/f.txt") == b"served"
+            with pytest.raises(cc.Forbidden, match="url"):
+                h.fetch_url("d/g.txt", f"http://127.0.0.1:{serverlib.free_port()}/f.txt")
+            h.remove()
+            assert "box" not in c.list()
+    finally:
+        s.kill9()
+        httpd.shutdown()

@@ -1,9 +1,12 @@
 """Executors in the shapes other agent code already programs against, backed
 by codecage sandboxes:
 
-- TimeoutExecutor: `await run(code, timeout=, variables=)` answering an
-  ExecutionResult dict {success, stdout, stderr, duration_ms, diagnostics}
-  (a timeout-enforcing executor); each run is a pooled one-shot sandbox.
+- TimeoutExecutor (also SandboxedPythonExecutor): `await run(code,
+  timeout=, variables=)` answering an ExecutionResult dict {success, stdout,
+  stderr, duration_ms, diagnostics} (a timeout-enforcing executor), with
+  SandboxOptions (network, environment variables, read and write paths,
+  output cap); each run is a one-shot sandbox, pooled when the options ask
+  for nothing beyond the server's default policy.
 - ReplExecutor: a persistent REPL (set_context, set_variable, get_variable,
   list_variables, inject_function, execute -> dict) on one named sandbox's
   Python session; injected functions (llm_query, ...) are host functions.
@@ -14,10 +17,11 @@ by codecage sandboxes:
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 from . import sync as _sync
 from .client import SandboxClient
@@ -42,16 +46,83 @@ def _prelude(variables: Optional[Mapping[str, Any]]) -> str:
 # ---- a timeout-enforcing executor ---------------------------------------------
 
 
+# Variables of this process that describe its own environment, not passed
+# into a sandbox by enable_env_vars=True (the sandbox has its own).
+_OWN_ENV = frozenset({"PATH", "HOME", "PWD", "OLDPWD", "SHELL", "USER", "LOGNAME", "TMPDIR",
+                      "HOSTNAME", "SHLVL", "_", "TERM", "LD_LIBRARY_PATH", "LD_PRELOAD",
+                      "PYTHONHOME", "PYTHONPATH", "VIRTUAL_ENV"})
+
+
+@dataclass
+class SandboxOptions:
+    """What a TimeoutExecutor's runs may reach, beyond the server's defaults.
+
+    - enable_network_access: False (no network), True (any host over
+      HTTP(S): the API's network ["*"]) or the host names allowed (wildcards
+      as in docs/NETWORK.md).
+    - enable_env_vars: False, True (every variable of this process but
+      those that describe its own environment: PATH, HOME, ...) or the names
+      of this process's variables to pass in.
+    - enable_read_paths / enable_write_paths: host directories mounted at
+      the same path, read-only / writable; the server's `mounts_allowed`
+      must admit them.
+    - max_output_chars: stdout and stderr are each cut to this many
+      characters with a "... [truncated N chars]" marker (0: no cut).
+    """
+
+    enable_network_access: Union[bool, Sequence[str]] = False
+    enable_env_vars: Union[bool, Sequence[str]] = False
+    enable_read_paths: Sequence[str] = ()
+    enable_write_paths: Sequence[str] = ()
+    max_output_chars: int = 32_768
+
+    def to_spec(self) -> Dict[str, Any]:
+        """The sandbox spec fields these options ask for (run_python's **spec)."""
+        spec: Dict[str, Any] = {}
+        net = self.enable_network_access
+        if net is True:
+            spec["egress"] = ["*"]
+        elif net and not isinstance(net, bool):
+            if isinstance(net, str):
+                raise TypeError("enable_network_access must be a bool or a sequence of hosts")
+            spec["egress"] = list(net)
+        env = self.enable_env_vars
+        if env is True:
+            spec["env"] = {k: v for k, v in os.environ.items() if k not in _OWN_ENV}
+        elif env and not isinstance(env, bool):
+            if isinstance(env, str):
+                raise TypeError("enable_env_vars must be a bool or a sequence of names")
+            spec["env"] = {k: os.environ[k] for k in env if k in os.environ}
+        mounts = []
+        for paths, writable in ((self.enable_read_paths, False), (self.enable_write_paths, True)):
+            if isinstance(paths, str):
+                raise TypeError("enable_read_paths / enable_write_paths must be sequences of paths")
+            for p in paths:
+                a = os.path.abspath(os.fspath(p))
+                mounts.append({"source": a, "target": a, "writable": writable})
+        if mounts:
+            spec["mounts"] = mounts
+        return spec
+
+
 class TimeoutExecutor:
     """`await run(code, timeout=30, variables=None)` -> ExecutionResult dict.
     The server enforces the timeout (the code is interrupted); every run is
-    a fresh pooled sandbox, so nothing leaks from one run to the next."""
+    a fresh one-shot sandbox, so nothing leaks from one run to the next.
+
+    options: SandboxOptions (the network, environment variables, host paths
+    and output cap of the runs); **spec: further sandbox spec fields
+    (memory_mib, image, ...). max_output_chars, when given, wins over
+    options.max_output_chars."""
 
     def __init__(self, client: Optional[SandboxClient] = None, *,
-                 max_output_chars: int = 32_768, **spec: Any) -> None:
+                 options: Optional[SandboxOptions] = None,
+                 max_output_chars: Optional[int] = None, **spec: Any) -> None:
         self.client = client or SandboxClient()
-        self.max_output_chars = max_output_chars
-        self.spec = spec
+        self.options = options or SandboxOptions()
+        self.max_output_chars = (self.options.max_output_chars if max_output_chars is None
+                                 else max_output_chars)
+        self.spec = {**self.options.to_spec(), **spec}
 
     async def run(self, code: str, *, timeout: float = 30,
                   variables: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
@@ -77,28 +148,64 @@ class TimeoutExecutor:
         await self.client.close()
 
 
+SandboxedPythonExecutor = TimeoutExecutor
+
+
 # ---- a persistent REPL executor -----------------------------------------------
 
 
+# Helpers every REPL namespace starts with, defined in the sandbox itself.
+_REPL_HELPERS = ("from traceback import format_exc\n"
+                 "def safe_json_dumps(obj):\n"
+                 "    import json\n"
+                 "    return json.dumps(obj, default=lambda o: repr(o))\n")
+_HELPER_NAMES = frozenset({"format_exc", "safe_json_dumps"})
+
+
+def _cap(text: str, limit: int) -> str:
+    if limit and len(text) > limit:
+        return text[:limit] + f"\n... (truncated, total {len(text)} chars)"
+    return text
+
+
 class ReplExecutor:
-    """A persistent namespace across code blocks, in one named sandbox."""
+    """A persistent namespace across code blocks, in one named sandbox.
+
+    max_output_length caps stdout and stderr of each turn. allowed_imports
+    is accepted for the shape of import-restricting executors and not used:
+    the sandbox, not an import list, is the boundary, so every module the
+    sandbox has is importable."""
 
     def __init__(self, client: Optional["_sync.SandboxClient"] = None, *,
-                 max_output_length: int = 8192, name: Optional[str] = None,
-                 timeout: Optional[float] = None, **spec: Any) -> None:
+                 max_output_length: int = 8192, allowed_imports: Optional[List[str]] = None,
+                 name: Optional[str] = None, timeout: Optional[float] = None,
+                 **spec: Any) -> None:
         self.client = client or _sync.SandboxClient()
         self._own_client = client is None
         self.max_output_length = max_output_length
+        self.allowed_imports = list(allowed_imports or ())
         self.timeout = timeout
         self.sandbox = self.client.create(name or f"repl-{uuid.uuid4().hex[:12]}", **spec)
         self.session = self.sandbox.session()
-        self._known: Set[str] = set()
+        self._known: Set[str] = set()  # names present before the next execute()
+        self._functions: Set[str] = set()  # injected (host) functions
+        self._register_helpers()
+
+    def _register_helpers(self) -> None:
+        r = self.session.run(_REPL_HELPERS)
+        if not r.ok:
+            raise RuntimeError(f"the REPL helpers failed to load: {r.error or r.reason}")
+        self._known |= _HELPER_NAMES
 
     def set_context(self, context: str, variable_name: str = "context") -> None:
+        """Loads a (large) text into the namespace as `variable_name`."""
         self.session.set_context(context, variable_name)
+        self._known.add(variable_name)
 
     def set_variable(self, name: str, value: Any) -> None:
+        """Sets a variable (a str as text, anything else as JSON)."""
         self.session.set_variable(name, value)
+        self._known.add(name)
 
     def get_variable(self, name: str) -> Optional[Any]:
         """The value, or None for an unknown variable."""
@@ -108,42 +215,56 @@ class ReplExecutor:
             return None
 
     def list_variables(self) -> List[str]:
-        return self.session.list_variables()
+        """Public names of the namespace, injected functions included."""
+        return sorted(set(self.session.list_variables()) | self._functions | _HELPER_NAMES)
 
     def inject_function(self, name: str, func: Callable[..., Any]) -> None:
         """func becomes callable from the code as `name` (llm_query,
         llm_query_batched, FINAL, ...): a host function of this process."""
         self.session.register(name, func)
+        self._functions.add(name)
 
     def execute(self, code: str) -> Dict[str, Any]:
-        """{stdout, stderr, locals_snapshot (new names -> type), execution_time,
-        success, exception}."""
+        """{stdout, stderr, locals_snapshot (new names -> repr, at most 500
+        characters), execution_time, success, exception}. stdout is the
+        printed output, then the last expression's value (JSON, else repr)."""
         started = time.time()
         r: ExecResult = self.session.run(code, timeout=self.timeout)
-        stdout = r.stdout
+        out_parts = [r.stdout]
         if r.return_value is not None:
-            stdout += json.dumps(r.return_value)
-        elif r.return_repr is not None:
-            stdout += r.return_repr
-        stderr = r.stderr
+            out_parts.append(json.dumps(r.return_value))
+        elif r.return_repr is not None and r.return_repr != "None":
+            out_parts.append(r.return_repr)
+        err_parts = [r.stderr]
         exception = None
         if r.error is not None:
-            stderr += r.error.traceback or str(r.error)
             exception = str(r.error)
+            err_parts.append(r.error.traceback or exception)
         elif not r.ok:
             exception = r.reason or r.status
-            stderr += exception
-        infos = self.session.variables()
-        new = {v.name: v.type for v in infos if v.name not in self._known}
-        self._known = {v.name for v in infos}
-        return {"stdout": _cut(stdout, self.max_output_length),
-                "stderr": _cut(stderr, self.max_output_length),
+            err_parts.append(exception)
+        new: Dict[str, str] = {}
+        names = set(self.session.list_variables())
+        for n in sorted(names - self._known - self._functions):
+            try:
+                rep = str(self.session.variable(n).get("repr", ""))
+            except NotFound:
+                continue
+            new[n] = rep[:500] + "..." if len(rep) > 500 else rep
+        self._known = names | _HELPER_NAMES
+        return {"stdout": _cap("\n".join(p for p in out_parts if p), self.max_output_length),
+                "stderr": _cap("\n".join(p for p in err_parts if p), self.max_output_length),
                 "locals_snapshot": new, "execution_time": time.time() - started,
                 "success": r.ok, "exception": exception}
 
     def reset(self) -> None:
+        """A fresh namespace: variables and injected functions are gone, the
+        helpers are back."""
         self.session.reset()
+        self.session.host_functions.clear()
         self._known = set()
+        self._functions = set()
+        self._register_helpers()
 
     def close(self) -> None:
         """Removes the sandbox."""
@@ -166,18 +287,29 @@ class CodeModeResult:
     return_value: Any = None
 
 
+# Each tool is a host function named _cctool_NAME (so it takes positional
+# arguments too, where the built-in tools.NAME takes keywords only); one
+# prelude line gathers them into `tools` and imports json.
+_TOOL_PREFIX = "_cctool_"
+_CODE_MODE_PRELUDE = (
+    "import json; tools = __import__('types').SimpleNamespace(**{k[8:]: v for k, v in "
+    "list(globals().items()) if k.startswith('_cctool_')})\n")
+
+
 class CodeModeExecutor:
-    """Runs code that calls `tools.NAME(**kwargs)`; each call runs the method
+    """Runs code that calls `tools.NAME(...)`; each call runs the method
     NAME of tools_api in this process. The sandbox is the boundary, so the
     code is not pattern-checked: it may import and open what it likes inside.
-    A value the code stores in `__return_value__` is `return_value`."""
+    `json` is imported for it. A value the code stores in `__return_value__`
+    is `return_value`. verbose prints each run's code and outcome."""
 
-    def __init__(self, tools_api: Any, *, timeout: float = 30.0,
-                 max_output_size: int = 2_000_000,
+    def __init__(self, tools_api: Any, timeout: float = 30.0,
+                 max_output_size: int = 2_000_000, verbose: bool = False, *,
                  client: Optional["_sync.SandboxClient"] = None, **spec: Any) -> None:
         self.tools_api = tools_api
         self.timeout = timeout
         self.max_output_size = max_output_size
+        self.verbose = verbose
         self.client = client or _sync.SandboxClient()
         self.spec = spec
 
@@ -186,7 +318,7 @@ class CodeModeExecutor:
         for n in dir(self.tools_api):
             f = getattr(self.tools_api, n, None)
             if not n.startswith("_") and callable(f) and n.isidentifier():
-                out["tools." + n] = f
+                out[_TOOL_PREFIX + n] = f
         return out
 
     def validate_code(self, code: str) -> Tuple[bool, Optional[str]]:
@@ -197,11 +329,20 @@ class CodeModeExecutor:
             return False, str(e)
 
     def execute(self, code: str) -> CodeModeResult:
+        res = self._execute(code)
+        if self.verbose:
+            print(f"codecage code mode: {len(code)} chars of code\n{code[:600]}")
+            print(f"  -> success={res.success} in {res.execution_time:.2f}s"
+                  + (f", error: {res.error}" if res.error else "")
+                  + (f"\n  output: {res.output[:200]}" if res.output else ""))
+        return res
+
+    def _execute(self, code: str) -> CodeModeResult:
         started = time.time()
         ok, err = self.validate_code(code)
         if not ok:
             return CodeModeResult(False, "", f"Syntax error: {err}", time.time() - started)
-        wrapped = code + "\nglobals().get('__return_value__')"
+        wrapped = _CODE_MODE_PRELUDE + code + "\nglobals().get('__return_value__')"
         r = self.client.run_python(wrapped, timeout=self.timeout, host_functions=self._tools(),
                                    **self.spec)
         parts = [p for p in (r.stdout.strip(), r.stderr.strip() and f"STDERR: {r.stderr.strip()}")
@@ -219,3 +360,6 @@ class CodeModeExecutor:
         if not r.ok:
             return CodeModeResult(False, output, r.reason or r.status, elapsed)
         return CodeModeResult(True, output, None, elapsed, r.return_value)
+
+
+SandboxExecutor = CodeModeExecutor

@@ -381,7 +381,9 @@ class SandboxHandle:
     async def fetch_url(self, path: str, url: str) -> int:
         """Has the server download url into the file, through the egress policy."""
         r = await self.client._json("POST", f"{self._p}/files", {"path": path, "url": url})
-        return int(r["size"])
+        if "size" in r:
+            return int(r["size"])
+        return (await self.stat(path)).size  # the server answers a URL write with its path only
 
     async def list_files(self, path: str = "") -> List[FileEntry]:
         q = f"?path={quote_segment(path)}" if path else ""
