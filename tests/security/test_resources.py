@@ -195,16 +195,16 @@ def test_wall_clock_timeout_stops_a_sleeper_ignoring_signals(cage):
 
 def burns_past_cpu_budget(target):
     """--cpu-time 1 for the whole tree: 3 processes x 0.8 s of CPU each, so
-    no process alone reaches its 1 s RLIMIT_CPU; only the tree total does."""
-    out, r = target.probe_json("spin", "0.8", "3", options=["--cpu-time", "1", "--timeout", "20"])
+    no process alone reaches its 1 s RLIMIT_CPU; only the tree total does.
+    The wall-clock timeout is far away: on a busy machine those CPU seconds
+    take much longer than they would alone."""
+    out, r = target.probe_json("spin", "0.8", "3", options=["--cpu-time", "1", "--timeout", "300"])
     return r["status"] == "ok", r
 
 
 @pair("limits")
 def test_cpu_time_limit_covers_the_whole_tree(target):
-    t0 = time.monotonic()
     ok, r = burns_past_cpu_budget(target)
-    assert time.monotonic() - t0 < 15
     expect(target, ok, r)
     if target.protected:
         assert r["status"] == "timeout" and "cpu time" in r["reason"], r
