@@ -574,6 +574,9 @@ static unsigned check_mcp_headers(struct MHD_Connection *conn, const json_t *msg
         const char *name = json_string_value(json_object_get(params, "name"));
         if (strcmp(method, "resources/read") == 0)
                 name = json_string_value(json_object_get(params, "uri"));
+        else if (strcmp(method, "tasks/get") == 0 || strcmp(method, "tasks/update") == 0 ||
+                 strcmp(method, "tasks/cancel") == 0)
+                name = json_string_value(json_object_get(params, "taskId"));
         else if (strcmp(method, "tools/call") != 0 && strcmp(method, "prompts/get") != 0)
                 name = NULL;
         bool method_ok = header_is(conn, METHOD_HEADER, method);

@@ -333,6 +333,16 @@ def check_client_2026(doc):
     assert doc["state"] == 42  # a named sandbox keeps state across stateless calls
     assert doc["exit_code"] == 7
     assert doc["unknown_resource"] == -32602
+    # llm_query through input-required results: three prompts reached the
+    # client's sampling handler, the batch of two in one round
+    assert doc["llm"] == ["answer(one)", "answer(two)", "answer(three)"]
+    assert doc["llm_asked"] == ["one", "two", "three"]
+    assert doc["llm_batched_at_once"] == 2
+    # a task: working with its latest output, then cancelled; another completed
+    assert doc["task_created"] == "working"
+    assert doc["task_working"] == "working" and "task-started" in doc["task_output"]
+    assert doc["task_final"] == "cancelled"
+    assert doc["task_result"] == 42
 
 
 # ---- the MCP Inspector CLI ------------------------------------------------------------------------
