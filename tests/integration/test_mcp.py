@@ -248,6 +248,26 @@ def test_code_mode_http(node, tmp_path):
     assert_gone(marker)
 
 
+def test_code_mode_speaks_each_upstreams_era(node, stdio):
+    """An upstream of revision 2026-07-28 (the v2 server SDK, which serves
+    both eras) is spoken to statelessly after server/discover; one of
+    2025-11-25 (the 1.x SDK, which has no server/discover) through
+    initialize. Python calls the tools of both in one run."""
+    marker = f"upstream{os.getpid()}x{time.monotonic_ns()}"
+    v2 = f"v2={NODE} {NEXT_DIR / 'upstream_server2026.mjs'} {marker}"
+    s = stdio("--upstream", v2, "--upstream", upstream_spec(marker))
+    assert "result" in s.ask(rpc("initialize", INIT, id=1))
+    s.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    code = ("[tools.v2__era(), tools.v2__add(a=2, b=3), tools.demo__add(a=4, b=5),\n"
+            " tools.v2__echo(text='new'), tools.demo__echo(text='old')]")
+    result = s.call_tool("run_python", {"code": code}, id=2)
+    assert result["structuredContent"]["status"] == "ok", result
+    assert result["structuredContent"]["return_value"] == [
+        "2026-07-28", {"sum": 5}, {"sum": 9}, "new", "old"]
+    s.close()
+    assert_gone(marker)
+
+
 # ---- the official conformance suite ----------------------------------------------------------
 
 def test_conformance_suite(node, tmp_path):
