@@ -77,6 +77,8 @@ json_t *mcp_providers_tools_call(struct mcp_call *c, struct mcp_error *e);
  * "required" (an unknown tool: "forbidden"). */
 const char *mcp_providers_task_support(const struct mcp_server *srv, const char *name);
 bool mcp_providers_task_later(const struct mcp_server *srv, const char *name);
+/* The definition of tool name as tools/list shows it, or NULL. */
+const json_t *mcp_providers_tool(const struct mcp_server *srv, const char *name);
 json_t *mcp_providers_resources_list(struct mcp_session *s, const json_t *params,
                                      struct mcp_error *e);
 json_t *mcp_providers_resources_templates(struct mcp_session *s, const json_t *params,

@@ -133,6 +133,12 @@ const char *mcp_providers_task_support(const struct mcp_server *srv, const char 
         return p && p->tasks_optional && !v ? "optional" : "forbidden";
 }
 
+const json_t *mcp_providers_tool(const struct mcp_server *srv, const char *name)
+{
+        const json_t *def = NULL;
+        return tool_provider(srv, name, &def) ? def : NULL;
+}
+
 bool mcp_providers_task_later(const struct mcp_server *srv, const char *name)
 {
         const json_t *def = NULL;
