@@ -6,6 +6,11 @@
  *   mcp_session.c    a session: negotiated state, requests in flight
  *                    (cancellation), requests to the client (sampling)
  *   mcp_sampling.c   llm_query / llm_query_batched as sampling requests
+ *                    (2026-07-28: as the input requests of a job)
+ *   mcp_job.c        2026-07-28: each tools/call as a job on its own
+ *                    thread: input-required results (a paused run, an
+ *                    HMAC'd requestState) and tasks (tasks/get, update,
+ *                    cancel)
  *   mcp_tools.c      codecage's provider: the tool table (mcp_tools.json)
  *   mcp_handlers.c   the sandbox_*, file_* and python_* tools
  *   mcp_run.c        run_python and run_shell: progress, cancellation,

@@ -17,7 +17,8 @@
  * protocol version, client capabilities and log level in params._meta
  * (mcp_modern_check()), server/discover replaces initialize, the
  * session-state methods (ping, logging/setLevel, resources/subscribe...)
- * are gone, and results say their resultType and caching hints. */
+ * are gone, results say their resultType and caching hints, and a
+ * tools/call runs as a job (mcp_job.c: input-required results, tasks). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
