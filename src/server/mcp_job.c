@@ -380,8 +380,9 @@ static void *job_main(void *arg)
                                                       : COMPLETED;
         json_decref(TAKE_PTR(j->requests));
         if (j->task && !make_room(j->tenant, 0, bytes)) {
+                json_auto_t *id = json_string("job");
                 json_decref(j->answer);
-                j->answer = jsonrpc_error(json_string("job"), JSONRPC_INTERNAL_ERROR,
+                j->answer = jsonrpc_error(id, JSONRPC_INTERNAL_ERROR,
                                           "the task's result is larger than this server keeps");
                 j->state = FAILED;
                 bytes = 0;
