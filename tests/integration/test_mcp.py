@@ -363,6 +363,10 @@ def check_client_2026(doc):
     assert doc["task_working"] == "working" and "task-started" in doc["task_output"]
     assert doc["task_final"] == "cancelled"
     assert doc["task_result"] == 42
+    # a task's llm_query waits in input_required until tasks/update answers it
+    assert doc["task_input_status"] == "input_required"
+    assert doc["task_question"] == "in a task"
+    assert doc["task_input_result"] == "answered by update"
 
 
 # ---- the MCP Inspector CLI ------------------------------------------------------------------------

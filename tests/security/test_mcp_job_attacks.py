@@ -10,7 +10,8 @@ tasks/cancel).
   run (the MAC binds the tenant, and a job belongs to its tenant);
 - a requestState answered once must not answer a later question (each is
   for one round);
-- another tenant's task id must show nothing and cancel nothing.
+- another tenant's task id must show nothing, cancel nothing and answer
+  nothing into the task's run.
 
 Each attack runs twice (the pair pattern of seclib and
 test_tenant_attacks): against the normal build, where it must fail, and
@@ -185,5 +186,37 @@ def test_another_tenants_task_id_shows_and_cancels_nothing(tmp_path, disable):
             unknown = task_get(server, BOB, "0" * 32)
             assert unknown["error"]["code"] == -32602  # exactly like an unknown id
             modern(server, ALICE, "tasks/cancel", {"taskId": task_id}, TASKS)
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("disable", [None, "mcp-job-tenant"])
+def test_another_tenants_task_id_answers_nothing_into_her_run(tmp_path, disable):
+    server = server_for(tmp_path, disable)
+    try:
+        doc = modern(server, ALICE, "tools/call", {"name": "run_python", "arguments": {
+            "code": ONE_QUESTION}}, dict(TASKS, sampling={}))
+        task_id = doc["result"]["taskId"]
+        for _ in range(150):
+            own = task_get(server, ALICE, task_id)["result"]
+            if own["status"] == "input_required":
+                break
+            time.sleep(0.1)
+        assert list(own["inputRequests"]) == ["llm_query_0"], own
+        update = modern(server, BOB, "tasks/update", {
+            "taskId": task_id, "inputResponses": {"llm_query_0": answer("from bob")}}, TASKS)
+        if server.protected:
+            assert update["error"]["code"] == -32602, update
+            modern(server, ALICE, "tasks/update", {
+                "taskId": task_id, "inputResponses": {"llm_query_0": answer("from alice")}}, TASKS)
+        for _ in range(150):
+            own = task_get(server, ALICE, task_id)["result"]
+            if own["status"] not in ("working", "input_required"):
+                break
+            time.sleep(0.1)
+        value = own["result"]["structuredContent"]["return_value"]
+        assert (value == ["from bob"]) != server.protected, own
+        if server.protected:
+            assert value == ["from alice"]
     finally:
         server.stop()

@@ -84,7 +84,7 @@ const tasks = async (method, params) => {
   const answer = new Promise((resolve) => waiting.set(id, resolve));
   await transport.send({ jsonrpc: "2.0", id, method, params: { ...params, _meta: {
     "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-    "io.modelcontextprotocol/clientCapabilities": { extensions: { "io.modelcontextprotocol/tasks": {} } } } } });
+    "io.modelcontextprotocol/clientCapabilities": { sampling: {}, extensions: { "io.modelcontextprotocol/tasks": {} } } } } });
   const msg = await answer;
   assert.ok(msg.result, JSON.stringify(msg));
   return msg.result;
@@ -113,6 +113,16 @@ out.task_final = got.status;
 const quick = await tasks("tools/call", { name: "run_python", arguments: { code: "6 * 7" } });
 got = await settle(quick.taskId, (t) => t.status !== "working");
 out.task_result = got.result?.structuredContent?.return_value;
+// A task whose code calls llm_query waits in input_required; tasks/update answers it.
+const asking = await tasks("tools/call", { name: "run_python", arguments: { code: "llm_query('in a task')" } });
+got = await settle(asking.taskId, (t) => t.status !== "working");
+out.task_input_status = got.status;
+const [key, question] = Object.entries(got.inputRequests ?? {})[0] ?? [];
+out.task_question = question?.params?.messages?.[0]?.content?.text;
+await tasks("tasks/update", { taskId: asking.taskId, inputResponses: {
+  [key]: { role: "assistant", model: "test-model", content: { type: "text", text: "answered by update" } } } });
+got = await settle(asking.taskId, (t) => t.status !== "working" && t.status !== "input_required");
+out.task_input_result = got.result?.structuredContent?.return_value;
 transport.onmessage = clientOnMessage;
 
 try {
