@@ -509,6 +509,24 @@ def post26(serve, msg, **headers):
     return serve.post(msg, {k: v for k, v in h.items() if v is not None})
 
 
+def test_http_2026_a_paused_run_waits_at_most_its_timeout(serve):
+    """llm_query pauses the run for the client's retry; a client that never
+    comes back leaves it paused for the run's timeout_s, then it is
+    cancelled and its requestState names nothing."""
+    caps = {"io.modelcontextprotocol/clientCapabilities": {"sampling": {}}}
+    args = {"code": "llm_query('anyone there?')", "timeout_s": 2}
+    resp, doc = post26(serve, rpc26("tools/call", {"name": "run_python", "arguments": args},
+                                    **caps))
+    assert doc["result"]["resultType"] == "input_required", doc
+    state = doc["result"]["requestState"]
+    time.sleep(4)
+    answer = {"role": "assistant", "model": "m", "content": {"type": "text", "text": "late"}}
+    resp, doc = post26(serve, rpc26("tools/call", {
+        "name": "run_python", "arguments": args, "requestState": state,
+        "inputResponses": {"llm_query_0": answer}}, id=2, **caps))
+    assert doc["error"]["code"] == -32602 and "no paused call" in doc["error"]["message"], doc
+
+
 def test_http_2026_stateless(serve):
     resp, doc = post26(serve, rpc26("server/discover", id=2))
     assert resp.status == 200 and resp.getheader("Mcp-Session-Id") is None, doc
