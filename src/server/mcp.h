@@ -6,6 +6,11 @@
  *   mcp_session.c    a session: negotiated state, requests in flight
  *                    (cancellation), requests to the client (sampling)
  *   mcp_sampling.c   llm_query / llm_query_batched as sampling requests
+ *                    (2026-07-28: as the input requests of a job)
+ *   mcp_job.c        2026-07-28: each tools/call as a job on its own
+ *                    thread: input-required results (a paused run, an
+ *                    HMAC'd requestState) and tasks (tasks/get, update,
+ *                    cancel)
  *   mcp_tools.c      codecage's provider: the tool table (mcp_tools.json)
  *   mcp_handlers.c   the sandbox_*, file_* and python_* tools
  *   mcp_run.c        run_python and run_shell: progress, cancellation,
@@ -113,6 +118,7 @@ int mcp_stdio_run(struct mcp_server *srv, int in_fd, int out_fd, int stop_fd,
 struct mcp_error {
         int code; /* JSON-RPC error code */
         char message[512];
+        json_t *data; /* the error's data, or NULL (taken by the dispatch) */
 };
 
 /* Fills e; returns NULL so handlers can `return mcp_fail(...)`. */
@@ -145,6 +151,7 @@ int mcp_log_level_from_string(const char *s); /* -1 unknown */
 
 struct mcp_call;
 struct mcp_pending;
+struct mcp_job;
 
 /* One client's session. Fields below `lock` change under it. */
 struct mcp_session {
@@ -200,6 +207,7 @@ struct mcp_call {
         int cancel[2];                  /* readable once cancelled (service cancel_fd) */
         bool cancelled;                 /* under session->lock */
         bool registered;
+        struct mcp_job *job; /* 2026-07-28: the job this call runs in (mcp_job.c) */
         struct mcp_call *next;
 };
 
@@ -341,6 +349,45 @@ void mcp_sampling_host(struct mcp_call *c, struct cage_service_host *ret);
 /* One sampling request: 0 with *text, or -1 with *error (both malloc'ed). */
 int mcp_sample(struct mcp_call *c, const char *prompt, const json_t *kwargs, char **text,
                char **error);
+
+/* Asks the client of the call for input: requests is an object of
+ * {method, params} keyed by names of the caller's choice (taken). In the
+ * session era each goes to the client as a request, one after the other;
+ * in revision 2026-07-28 they travel together in an InputRequiredResult
+ * (mcp_job.c). 0 with *responses (an object: key -> the client's result),
+ * or -1 with *error (malloc'ed). */
+int mcp_call_input(struct mcp_call *c, json_t *requests, json_t **responses, char **error);
+/* Whether the client of the call declared capability name, without
+ * recording a missing one (mcp_call_has_capability does). */
+bool mcp_call_declares(struct mcp_call *c, const char *name);
+
+/* ---- jobs: input-required results and tasks (mcp_job.c) --------------------- */
+
+#define MCP_TASKS_EXTENSION           "io.modelcontextprotocol/tasks"
+#define MCP_JOBS_PER_TENANT_MAX       64                 /* running, paused and kept tool calls */
+#define MCP_TASK_BYTES_PER_TENANT_MAX (64 * 1024 * 1024) /* kept results of ended tasks */
+#define MCP_TASK_TTL_MS               (10 * 60 * 1000)   /* an ended task is kept so long */
+#define MCP_TASK_POLL_MS              500
+
+struct mcp_job;
+/* A tools/call of revision 2026-07-28 (new, or a retry with
+ * requestState): runs it as a job and answers its result, an
+ * InputRequiredResult or a CreateTaskResult; NULL when c was cancelled. */
+json_t *mcp_job_call(struct mcp_call *c);
+/* The job's tool asks for input (mcp_call_input): waits for the client's
+ * retry or tasks/update. */
+int mcp_job_input(struct mcp_job *j, json_t *requests, json_t **responses, char **error);
+/* A tool that runs as a task only from now on (mcp_provider.h,
+ * task_later) says so; a no-op unless the call's request declared the
+ * tasks extension. Returns once the client was told about the task. */
+void mcp_call_escalate(struct mcp_call *c);
+/* Output of the job's run, for tasks/get. */
+void mcp_job_output(struct mcp_job *j, const void *buf, size_t len);
+json_t *mcp_tasks_get(struct mcp_session *s, const json_t *params, struct mcp_error *e);
+json_t *mcp_tasks_update(struct mcp_session *s, const json_t *params, struct mcp_error *e);
+json_t *mcp_tasks_cancel(struct mcp_session *s, const json_t *params, struct mcp_error *e);
+/* Cancels the jobs of srv and waits until they are gone. */
+void mcp_jobs_stop(struct mcp_server *srv);
 
 /* ---- code mode --------------------------------------------------------------- */
 

@@ -121,6 +121,166 @@ static json_t *elicitation(const json_t *doc, struct mcp_call *c, const char *na
         return n < 0 ? NULL : text_result(out);
 }
 
+/* ---- input-required results and tasks (2026-07-28) --------------------------------- */
+
+/* Sleeps seconds (at most 600) unless c is cancelled first. */
+static void nap(struct mcp_call *c, double seconds)
+{
+        long ms = seconds > 600 ? 600000 : seconds > 0 ? (long)(seconds * 1000) : 0;
+        for (; ms > 0 && !mcp_call_cancelled(c); ms -= 50)
+                sleep_ms(ms < 50 ? ms : 50);
+}
+
+/* responses[key].content[field] as a string, or "?". */
+static const char *answer_str(const json_t *responses, const char *key, const char *field)
+{
+        const json_t *content = json_object_get(json_object_get(responses, key), "content");
+        const char *s = json_string_value(json_object_get(content, field));
+        return s ? s : "?";
+}
+
+/* The input requests of doc's inputs[key], only those whose capability
+ * the client declared when `declared_only`. */
+static json_t *requests_of(const json_t *doc, struct mcp_call *c, const char *key,
+                           bool declared_only)
+{
+        json_t *all = json_deep_copy(json_object_get(json_object_get(doc, "inputs"), key));
+        const char *k;
+        json_t *v;
+        void *tmp;
+        json_object_foreach_safe(all, tmp, k, v)
+        {
+                const char *method = json_string_value(json_object_get(v, "method"));
+                const char *cap = !method                                   ? "?"
+                                  : strncmp(method, "elicitation", 11) == 0 ? "elicitation"
+                                  : strncmp(method, "sampling", 8) == 0     ? "sampling"
+                                                                            : "roots";
+                if (declared_only && !mcp_call_declares(c, cap))
+                        json_object_del(all, k);
+        }
+        return all;
+}
+
+static json_t *roots_text(const json_t *responses, const char *key)
+{
+        json_auto_t *uris = json_array();
+        size_t i;
+        const json_t *r;
+        json_array_foreach(json_object_get(json_object_get(responses, key), "roots"), i, r)
+                json_array_append(uris, json_object_get(r, "uri"));
+        _cleanup_free_ char *list = json_dumps(uris, JSON_COMPACT);
+        _cleanup_free_ char *out = NULL;
+        if (!list || asprintf(&out, "Client roots: %s", list) < 0)
+                return NULL;
+        return text_result(out);
+}
+
+static json_t *after_input(struct mcp_call *c, const char *name, const json_t *got,
+                           const json_t *args)
+{
+        _cleanup_free_ char *out = NULL;
+        const char *file = json_string_value(json_object_get(args, "filename"));
+        int n = -1;
+        if (strcmp(name, "test_input_required_result_sampling") == 0)
+                n = asprintf(&out, "LLM response: %s", answer_str(got, "capital_question", "text"));
+        else if (strcmp(name, "test_input_required_result_list_roots") == 0)
+                return roots_text(got, "client_roots");
+        else if (strcmp(name, "test_input_required_result_request_state") == 0 ||
+                 strcmp(name, "test_input_required_result_tampered_state") == 0)
+                n = asprintf(
+                        &out, "state-ok: the requestState was valid; confirmed: %s",
+                        json_is_true(json_object_get(
+                                json_object_get(json_object_get(got, "confirm"), "content"), "ok"))
+                                ? "yes"
+                                : "no");
+        else if (strcmp(name, "test_input_required_result_multiple_inputs") == 0 ||
+                 strcmp(name, "test_input_required_result_capabilities") == 0)
+                n = asprintf(&out, "Received %zu input responses (name: %s)", json_object_size(got),
+                             answer_str(got, "user_name", "name"));
+        else if (strcmp(name, "confirm_delete") == 0)
+                n = asprintf(&out, "%s %s",
+                             json_is_true(json_object_get(
+                                     json_object_get(json_object_get(got, "confirm"), "content"),
+                                     "confirm"))
+                                     ? "Deleted"
+                                     : "Kept",
+                             file ? file : "the file");
+        else if (strcmp(name, "multi_input") == 0)
+                n = asprintf(&out, "Answers: %s, %s", answer_str(got, "first", "answer"),
+                             answer_str(got, "second", "answer"));
+        else
+                n = asprintf(&out, "Hello, %s!", answer_str(got, "user_name", "name"));
+        return n < 0 ? NULL : text_result(out);
+}
+
+static json_t *input_tool(const json_t *doc, struct mcp_call *c, const char *name,
+                          const json_t *args)
+{
+        bool multi_round = strcmp(name, "test_input_required_result_multi_round") == 0;
+        bool subset = strcmp(name, "test_input_required_result_capabilities") == 0;
+        json_t *requests = requests_of(doc, c, multi_round ? "step1" : name, subset);
+        json_t *got = NULL;
+        _cleanup_free_ char *error = NULL;
+        if (subset && json_object_size(requests) == 0) {
+                json_decref(requests);
+                return text_result("The client declared none of elicitation, sampling and roots: "
+                                   "nothing to ask");
+        }
+        if (!requests || mcp_call_input(c, requests, &got, &error) < 0)
+                return mcp_result_error("%s: %s", name, error ? error : "out of memory");
+        json_auto_t *first = got;
+        if (strcmp(name, "test_tool_with_task") == 0)
+                mcp_call_escalate(c); /* gathered its input: the rest runs as a task */
+        if (!multi_round)
+                return after_input(c, name, first, args);
+        json_t *second = NULL;
+        requests = requests_of(doc, c, "step2", false);
+        if (!requests || mcp_call_input(c, requests, &second, &error) < 0)
+                return mcp_result_error("%s: %s", name, error ? error : "out of memory");
+        json_auto_t *got2 = second;
+        _cleanup_free_ char *out = NULL;
+        if (asprintf(&out, "Hello %s, your favorite color is %s",
+                     answer_str(first, "step1", "name"), answer_str(got2, "step2", "color")) < 0)
+                return NULL;
+        return text_result(out);
+}
+
+static json_t *task_tool(struct mcp_call *c, const char *name, const json_t *args)
+{
+        _cleanup_free_ char *out = NULL;
+        if (strcmp(name, "greet") == 0) {
+                const char *who = json_string_value(json_object_get(args, "name"));
+                return asprintf(&out, "Hello, %s!", who ? who : "world") < 0 ? NULL
+                                                                             : text_result(out);
+        }
+        if (strcmp(name, "failing_job") == 0) {
+                nap(c, 1);
+                return mcp_result_error("failing_job: this job always fails");
+        }
+        if (strcmp(name, "protocol_error_job") == 0)
+                return NULL; /* a protocol error (-32603) */
+        const json_t *seconds = json_object_get(args, "seconds");
+        const char *label = json_string_value(json_object_get(args, "label"));
+        nap(c, json_is_number(seconds) ? json_number_value(seconds) : 1);
+        return asprintf(&out, "Computed %s", label ? label : "the result") < 0 ? NULL
+                                                                               : text_result(out);
+}
+
+static bool task_later(const char *name)
+{
+        return strcmp(name, "test_tool_with_task") == 0;
+}
+
+static bool is_input_tool(const char *name)
+{
+        static const char *const names[] = {"confirm_delete", "multi_input", "test_tool_with_task",
+                                            "test_streaming_elicitation"};
+        for (size_t i = 0; i < ELEMENTSOF(names); i++)
+                if (strcmp(name, names[i]) == 0)
+                        return true;
+        return strncmp(name, "test_input_required_result_", 27) == 0;
+}
+
 static json_t *call_tool(const struct mcp_provider *p, struct mcp_call *c, const char *name,
                          const json_t *args)
 {
@@ -139,7 +299,9 @@ static json_t *call_tool(const struct mcp_provider *p, struct mcp_call *c, const
                 return sampling(c, args);
         if (strncmp(name, "test_elicitation", 16) == 0)
                 return elicitation(p->data, c, name, args);
-        return NULL;
+        if (is_input_tool(name))
+                return input_tool(p->data, c, name, args);
+        return task_tool(c, name, args);
 }
 
 /* ---- resources ----------------------------------------------------------------------- */
@@ -213,9 +375,29 @@ static json_t *prompt_messages(const json_t *doc, const char *name, const json_t
         return mcp_fail(e, JSONRPC_INVALID_PARAMS, "prompts/get: unknown prompt %.100s", name);
 }
 
+/* 2026-07-28: a prompt that asks for input first (no requestState: the
+ * answer itself is all it needs). */
+static json_t *input_prompt(const json_t *doc, const json_t *params)
+{
+        const char *key = "test_input_required_result_prompt";
+        const json_t *answer =
+                json_object_get(json_object_get(params, "inputResponses"), "user_context");
+        if (!json_is_object(answer))
+                return json_pack("{s:s, s:O}", "resultType", "input_required", "inputRequests",
+                                 json_object_get(json_object_get(doc, "inputs"), key));
+        const char *context =
+                answer_str(json_object_get(params, "inputResponses"), "user_context", "context");
+        _cleanup_free_ char *text = NULL;
+        if (asprintf(&text, "Use this context: %s", context) < 0)
+                return NULL;
+        return json_pack("{s:[o]}", "messages", user_text(text));
+}
+
 static json_t *get_prompt(const struct mcp_provider *p, const json_t *params, struct mcp_error *e)
 {
         const char *name = json_string_value(json_object_get(params, "name"));
+        if (name && strcmp(name, "test_input_required_result_prompt") == 0)
+                return input_prompt(p->data, params);
         json_t *messages = prompt_messages(p->data, name, json_object_get(params, "arguments"), e);
         return messages ? json_pack("{s:o}", "messages", messages) : NULL;
 }
@@ -274,6 +456,7 @@ int mcp_fixtures_provider_new(const struct cage_config *cfg, struct mcp_provider
                 .prompts = part(doc, "prompts"),
                 .prompt = get_prompt,
                 .complete = complete,
+                .task_later = task_later,
         };
         *ret = p;
         return 0;

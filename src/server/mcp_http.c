@@ -54,8 +54,10 @@
 #include "server/http.h"
 #include "server/mcp.h"
 #include "server/mcp_http.h"
+#include "server/mcp_provider.h"
 #include "services/config.h"
 #include "util/cleanup.h"
+#include "util/base64.h"
 #include "util/clock.h"
 #include "util/error.h"
 #include "util/sse_queue.h"
@@ -574,6 +576,9 @@ static unsigned check_mcp_headers(struct MHD_Connection *conn, const json_t *msg
         const char *name = json_string_value(json_object_get(params, "name"));
         if (strcmp(method, "resources/read") == 0)
                 name = json_string_value(json_object_get(params, "uri"));
+        else if (strcmp(method, "tasks/get") == 0 || strcmp(method, "tasks/update") == 0 ||
+                 strcmp(method, "tasks/cancel") == 0)
+                name = json_string_value(json_object_get(params, "taskId"));
         else if (strcmp(method, "tools/call") != 0 && strcmp(method, "prompts/get") != 0)
                 name = NULL;
         bool method_ok = header_is(conn, METHOD_HEADER, method);
@@ -583,6 +588,87 @@ static unsigned check_mcp_headers(struct MHD_Connection *conn, const json_t *msg
                 id, -32020, "Header mismatch: the %s header must repeat the request's %s",
                 method_ok ? NAME_HEADER : METHOD_HEADER, method_ok ? "name" : "method");
         return 400;
+}
+
+/* The value of header name without the whitespace around it, copied
+ * into out (HEADER_VALUE_MAX + 1 bytes); false when absent or too long. */
+static bool header_trimmed(struct MHD_Connection *conn, const char *name, char *out)
+{
+        const char *v = header(conn, name);
+        if (!v)
+                return false;
+        while (*v == ' ' || *v == '\t')
+                v++;
+        size_t n = strnlen(v, HEADER_VALUE_MAX + 1);
+        while (n > 0 && (v[n - 1] == ' ' || v[n - 1] == '\t'))
+                n--;
+        if (n > HEADER_VALUE_MAX)
+                return false;
+        memcpy(out, v, n);
+        out[n] = '\0';
+        return true;
+}
+
+/* Whether the Mcp-Param header value (=?base64?...?= decoded, else as it
+ * is) equals the argument's value (a string, or a number or boolean as
+ * JSON writes it). */
+static bool param_matches(const char *value, const json_t *arg)
+{
+        _cleanup_free_ void *decoded = NULL;
+        _cleanup_free_ char *text = NULL;
+        size_t len = strlen(value), dlen = 0;
+        const char *want = json_string_value(arg);
+        if (!want && (json_is_number(arg) || json_is_boolean(arg)))
+                want = text = json_dumps(arg, JSON_ENCODE_ANY | JSON_COMPACT);
+        if (!want)
+                return false;
+        if (len >= 11 && strncmp(value, "=?base64?", 9) == 0 &&
+            strcmp(value + len - 2, "?=") == 0) {
+                if (cage_base64_decode(value + 9, len - 11, &decoded, &dlen) < 0)
+                        return false;
+                return dlen == strlen(want) && memcmp(decoded, want, dlen) == 0;
+        }
+        return strcmp(value, want) == 0;
+}
+
+/* 2026-07-28 (SEP-2243): a tools/call argument whose inputSchema property
+ * names an `x-mcp-header` must be repeated in the header Mcp-Param-<that
+ * name>; a missing, undecodable or different header is HeaderMismatch.
+ * 0, or 400 with *answer. */
+static unsigned check_param_headers(struct mcp_http *m, struct MHD_Connection *conn,
+                                    const json_t *msg, json_t **answer)
+{
+        const char *method = json_string_value(json_object_get(msg, "method"));
+        const json_t *params = json_object_get(msg, "params");
+        if (!method || strcmp(method, "tools/call") != 0)
+                return 0;
+        const char *tool = json_string_value(json_object_get(params, "name"));
+        const json_t *def = tool ? mcp_providers_tool(m->srv, tool) : NULL;
+        const json_t *props = json_object_get(json_object_get(def, "inputSchema"), "properties");
+        const json_t *args = json_object_get(params, "arguments");
+        const char *key;
+        const json_t *prop;
+        json_object_foreach((json_t *)props, key, prop)
+        {
+                const char *suffix = json_string_value(json_object_get(prop, "x-mcp-header"));
+                const json_t *arg = json_object_get(args, key);
+                char name[128], value[HEADER_VALUE_MAX + 1];
+                if (!suffix ||
+                    snprintf(name, sizeof(name), "Mcp-Param-%s", suffix) >= (int)sizeof(name))
+                        continue;
+                bool present = header_trimmed(conn, name, value);
+                if ((!arg || json_is_null(arg)) && !present)
+                        continue;
+                if (present && arg && param_matches(value, arg))
+                        continue;
+                *answer = jsonrpc_errorf(jsonrpc_id(msg), -32020,
+                                         "Header mismatch: the %.100s header must repeat the "
+                                         "argument %.100s (=?base64?...?= for values that are "
+                                         "not plain header text)",
+                                         name, key);
+                return 400;
+        }
+        return 0;
 }
 
 /* 2026-07-28 has no requests to the client: a call's stream would carry
@@ -602,6 +688,8 @@ static int post_modern(struct mcp_http *m, struct MHD_Connection *conn, const ch
 {
         json_t *answer = NULL;
         unsigned code = check_mcp_headers(conn, msg, &answer);
+        if (!code)
+                code = check_param_headers(m, conn, msg, &answer);
         if (!code)
                 code = mcp_modern_check(msg, header(conn, VERSION_HEADER), &answer);
         if (code)

@@ -17,7 +17,8 @@
  * protocol version, client capabilities and log level in params._meta
  * (mcp_modern_check()), server/discover replaces initialize, the
  * session-state methods (ping, logging/setLevel, resources/subscribe...)
- * are gone, and results say their resultType and caching hints. */
+ * are gone, results say their resultType and caching hints, and a
+ * tools/call runs as a job (mcp_job.c: input-required results, tasks). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,6 +66,8 @@ static json_t *capabilities(const struct mcp_server *srv, bool stateless)
                 json_object_set_new(caps, "prompts", json_pack("{s:b}", "listChanged", 0));
         if (caps && (offer & MCP_OFFER_COMPLETE))
                 json_object_set_new(caps, "completions", json_object());
+        if (caps && stateless) /* any tool may run as a task (mcp_job.c) */
+                json_object_set_new(caps, "extensions", json_pack("{s:{}}", MCP_TASKS_EXTENSION));
         return caps;
 }
 
@@ -174,6 +177,9 @@ static const struct method {
         {"prompts/list", mcp_providers_prompts_list, M_CACHE, MCP_OFFER_PROMPTS},
         {"prompts/get", mcp_providers_prompts_get, 0, MCP_OFFER_PROMPTS},
         {"completion/complete", mcp_providers_complete, 0, MCP_OFFER_COMPLETE},
+        {"tasks/get", mcp_tasks_get, M_MODERN, 0},
+        {"tasks/update", mcp_tasks_update, M_MODERN, 0},
+        {"tasks/cancel", mcp_tasks_cancel, M_MODERN, 0},
 };
 
 /* The method of an era (stateless: 2026-07-28), if a provider offers it. */
@@ -239,6 +245,8 @@ static json_t *call_error(const json_t *id, int r)
  * may be cached (resources change with the sandboxes: not at all). */
 static void modern_result(json_t *result, unsigned flags)
 {
+        if (json_object_get(result, "resultType")) /* input_required */
+                return;
         json_object_set_new(result, "resultType", json_string("complete"));
         if (!(flags & M_CACHE))
                 return;
@@ -289,6 +297,9 @@ static enum mcp_route request(struct mcp_session *s, struct mcp_sink *sink, cons
         if (result && s->stateless)
                 modern_result(result, m->flags);
         *answer = result ? jsonrpc_result(id, result) : jsonrpc_error(id, e.code, e.message);
+        if (!result && *answer && e.data)
+                json_object_set(json_object_get(*answer, "error"), "data", e.data);
+        json_decref(e.data);
         if (!result && s->stateless)
                 modern_error(*answer, msg);
         return MCP_ANSWER;
@@ -319,6 +330,8 @@ enum mcp_route mcp_receive(struct mcp_session *s, struct mcp_sink *sink, const j
 json_t *mcp_call_run(struct mcp_call *c)
 {
         struct mcp_error e = {0};
+        if (c->session->stateless && !c->job) /* it runs as a job (mcp_job.c) */
+                return mcp_job_call(c);
         json_t *result = mcp_providers_tools_call(c, &e);
         if (mcp_call_cancelled(c)) {
                 json_decref(result);

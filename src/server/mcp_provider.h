@@ -32,6 +32,13 @@ struct mcp_provider {
         json_t *resources;          /* resources/list entries, or NULL */
         json_t *resource_templates; /* resources/templates/list entries, or NULL */
         bool subscribe;             /* resources/subscribe is accepted */
+        /* Revision 2026-07-28: its tools without an `execution` of their own
+         * may run as tasks (execution.taskSupport "optional"). */
+        bool tasks_optional;
+        /* Whether its tool name, run as a task, becomes one only when it
+         * says so (mcp_call_escalate: after gathering input through
+         * input-required results) rather than at once. NULL: never. */
+        bool (*task_later)(const char *name);
         /* resources/read: 0 when uri is none of its own; 1 with *ret (the
          * ReadResourceResult) or with e filled (*ret NULL). */
         int (*read)(const struct mcp_provider *p, struct mcp_session *s, const char *uri,
@@ -66,6 +73,12 @@ unsigned mcp_providers_offer(const struct mcp_server *srv);
 /* The methods, answered from every provider. */
 json_t *mcp_providers_tools_list(struct mcp_session *s, const json_t *params, struct mcp_error *e);
 json_t *mcp_providers_tools_call(struct mcp_call *c, struct mcp_error *e);
+/* execution.taskSupport of tool name: "forbidden", "optional" or
+ * "required" (an unknown tool: "forbidden"). */
+const char *mcp_providers_task_support(const struct mcp_server *srv, const char *name);
+bool mcp_providers_task_later(const struct mcp_server *srv, const char *name);
+/* The definition of tool name as tools/list shows it, or NULL. */
+const json_t *mcp_providers_tool(const struct mcp_server *srv, const char *name);
 json_t *mcp_providers_resources_list(struct mcp_session *s, const json_t *params,
                                      struct mcp_error *e);
 json_t *mcp_providers_resources_templates(struct mcp_session *s, const json_t *params,

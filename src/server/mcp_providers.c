@@ -122,6 +122,49 @@ static json_t *joined(const struct mcp_server *srv, enum items kind)
 
 /* ---- tools ---------------------------------------------------------------------------- */
 
+const char *mcp_providers_task_support(const struct mcp_server *srv, const char *name)
+{
+        const json_t *def = NULL;
+        const struct mcp_provider *p = tool_provider(srv, name, &def);
+        const char *v = json_string_value(
+                json_object_get(json_object_get(def, "execution"), "taskSupport"));
+        if (v && (strcmp(v, "optional") == 0 || strcmp(v, "required") == 0))
+                return v;
+        return p && p->tasks_optional && !v ? "optional" : "forbidden";
+}
+
+const json_t *mcp_providers_tool(const struct mcp_server *srv, const char *name)
+{
+        const json_t *def = NULL;
+        return tool_provider(srv, name, &def) ? def : NULL;
+}
+
+bool mcp_providers_task_later(const struct mcp_server *srv, const char *name)
+{
+        const json_t *def = NULL;
+        const struct mcp_provider *p = tool_provider(srv, name, &def);
+        return p && p->task_later && p->task_later(name);
+}
+
+/* 2026-07-28: the tools that may run as tasks say so. */
+static void with_task_support(const struct mcp_server *srv, json_t *all)
+{
+        size_t i;
+        json_t *tool;
+        json_array_foreach(all, i, tool)
+        {
+                const char *name = json_string_value(json_object_get(tool, "name"));
+                if (!name || json_object_get(tool, "execution") ||
+                    strcmp(mcp_providers_task_support(srv, name), "optional") != 0)
+                        continue;
+                json_t *copy = json_copy(tool);
+                if (copy)
+                        json_object_set_new(copy, "execution",
+                                            json_pack("{s:s}", "taskSupport", "optional"));
+                json_array_set_new(all, i, copy ? copy : json_null());
+        }
+}
+
 json_t *mcp_providers_tools_list(struct mcp_session *s, const json_t *params, struct mcp_error *e)
 {
         json_auto_t *all = joined(s->srv, TOOLS);
@@ -130,6 +173,8 @@ json_t *mcp_providers_tools_list(struct mcp_session *s, const json_t *params, st
         json_t *tool;
         if (!all)
                 return NULL;
+        if (s->stateless)
+                with_task_support(s->srv, all);
         json_array_foreach(all, i, tool)
         {
                 if (!old) /* that revision had no outputSchema */

@@ -104,6 +104,8 @@ static void on_status(void *ctx, const char *status)
 static int on_output(void *ctx, int stream, const void *buf, size_t len)
 {
         struct progress *p = ctx;
+        if (p->c->job) /* tasks/get shows the latest lines */
+                mcp_job_output(p->c->job, buf, len);
         pthread_mutex_lock(&p->lock);
         keep_tail(p, buf, len);
         p->bytes += len;

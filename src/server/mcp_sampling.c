@@ -5,9 +5,11 @@
  * the run waits for the answer (mcp_session.c). Only a client that
  * declared the `sampling` capability is asked; otherwise the code gets a
  * clear exception. llm_query_batched sends one request per prompt, one
- * after the other. tools.* is served by the service's code mode
- * (src/services/upstream.c) before it gets here. The session's host_budget bounds how many calls
- * one run makes. */
+ * after the other. In revision 2026-07-28 (no requests to the client) the
+ * prompts become the inputRequests of an InputRequiredResult, all of a
+ * batch in one round, while the run waits paused (mcp_job.c). tools.* is served by the service's
+ * code mode (src/services/upstream.c) before it gets here. The session's host_budget bounds how
+ * many calls one run makes. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,24 +87,105 @@ static int reply_text(const json_t *result, char **text, char **error)
         return 0;
 }
 
-int mcp_sample(struct mcp_call *c, const char *prompt, const json_t *kwargs, char **text,
-               char **error)
+bool mcp_call_declares(struct mcp_call *c, const char *name)
 {
-        pthread_mutex_lock(&c->session->lock);
-        bool sampling = c->session->sampling;
-        pthread_mutex_unlock(&c->session->lock);
-        if (!sampling)
+        struct mcp_session *s = c->session;
+        if (s->stateless) {
+                const json_t *meta = json_object_get(c->params, "_meta");
+                return json_is_object(json_object_get(json_object_get(meta, MCP_META_CAPS), name));
+        }
+        pthread_mutex_lock(&s->lock);
+        bool has = strcmp(name, "sampling") == 0      ? s->sampling
+                   : strcmp(name, "elicitation") == 0 ? s->elicitation
+                                                      : false;
+        pthread_mutex_unlock(&s->lock);
+        return has;
+}
+
+int mcp_call_input(struct mcp_call *c, json_t *requests, json_t **responses, char **error)
+{
+        if (c->job)
+                return mcp_job_input(c->job, requests, responses, error);
+        json_auto_t *owned = requests;
+        if (c->session->stateless)
+                return fail(error, "this call cannot ask the client for input");
+        json_auto_t *out = json_object();
+        const char *key;
+        const json_t *req;
+        if (!out)
+                return fail(error, "out of memory");
+        json_object_foreach(owned, key, req)
+        {
+                const char *method = json_string_value(json_object_get(req, "method"));
+                json_t *params = json_deep_copy(json_object_get(req, "params"));
+                json_t *result = NULL;
+                if (!method || !params) {
+                        json_decref(params);
+                        return fail(error, "out of memory");
+                }
+                if (mcp_call_ask(c, method, params, &result, error) < 0)
+                        return -1;
+                json_object_set_new(out, key, result);
+        }
+        *responses = json_incref(out);
+        return 0;
+}
+
+/* Asks the client's model each prompt of the array prompts (in the
+ * session era one after the other, in 2026-07-28 in one input round):
+ * 0 with *answers (an array of strings), or -1 with *error. */
+static int sample_all(struct mcp_call *c, const json_t *prompts, const json_t *kwargs,
+                      json_t **answers, char **error)
+{
+        if (!mcp_call_declares(c, "sampling"))
                 return fail(error,
                             "llm_query needs an MCP client that supports sampling, and this "
                             "client did not declare the `sampling` capability; do the work in "
                             "code, or return the question to the model as output instead");
-        json_t *params = sampling_params(prompt, kwargs);
-        json_auto_t *result = NULL;
-        if (!params)
-                return fail(error, "out of memory");
-        if (mcp_call_ask(c, "sampling/createMessage", params, &result, error) < 0)
+        json_auto_t *requests = json_object();
+        json_auto_t *out = json_array();
+        json_t *responses = NULL;
+        size_t i;
+        const json_t *p;
+        char key[32];
+        json_array_foreach(prompts, i, p)
+        {
+                json_t *params = sampling_params(json_string_value(p), kwargs);
+                snprintf(key, sizeof(key), "llm_query_%zu", i);
+                if (!params ||
+                    json_object_set_new(requests, key,
+                                        json_pack("{s:s, s:o}", "method", "sampling/createMessage",
+                                                  "params", params)) < 0)
+                        return fail(error, "out of memory");
+        }
+        if (!out || mcp_call_input(c, json_incref(requests), &responses, error) < 0)
                 return -1;
-        return reply_text(result, text, error);
+        json_auto_t *got = responses;
+        json_array_foreach(prompts, i, p)
+        {
+                _cleanup_free_ char *text = NULL;
+                snprintf(key, sizeof(key), "llm_query_%zu", i);
+                if (reply_text(json_object_get(got, key), &text, error) < 0)
+                        return -1;
+                json_t *s = json_string(text);
+                if (!s || json_array_append_new(out, s) < 0)
+                        return fail(error, "the answer is not valid UTF-8");
+        }
+        *answers = json_incref(out);
+        return 0;
+}
+
+int mcp_sample(struct mcp_call *c, const char *prompt, const json_t *kwargs, char **text,
+               char **error)
+{
+        json_auto_t *prompts = json_pack("[s]", prompt ? prompt : "");
+        json_auto_t *answers = NULL;
+        if (!prompts)
+                return fail(error, "out of memory");
+        if (sample_all(c, prompts, kwargs, &answers, error) < 0)
+                return -1;
+        *text = strdup(json_string_value(json_array_get(answers, 0)));
+        return *text ? 0 : fail(error, "out of memory");
 }
 
 /* args[0], or kwargs[key]. */
@@ -140,20 +223,15 @@ static int llm_query_batched(struct mcp_call *c, json_t *args, json_t *kwargs, j
         if (!json_is_array(prompts) || json_array_size(prompts) > BATCH_MAX)
                 return host_fail(error, "llm_query_batched(prompts): prompts must be a list of at "
                                         "most 100 strings");
-        json_auto_t *answers = json_array();
         json_array_foreach(prompts, i, p)
         {
-                _cleanup_free_ char *text = NULL;
                 if (!json_is_string(p))
                         return host_fail(error,
                                          "llm_query_batched(prompts): every prompt must be a "
                                          "string");
-                if (mcp_sample(c, json_string_value(p), kwargs, &text, error) < 0)
-                        return 0;
-                if (json_array_append_new(answers, json_string(text)) < 0)
-                        return host_fail(error, "the answer is not valid UTF-8");
         }
-        *value = json_incref(answers);
+        if (sample_all(c, prompts, kwargs, value, error) < 0)
+                *value = NULL;
         return 0;
 }
 

@@ -75,6 +75,7 @@ struct mcp_server *mcp_server_free(struct mcp_server *srv)
 {
         if (!srv)
                 return NULL;
+        mcp_jobs_stop(srv);
         cage_redactor_unref(srv->redactor);
         for (size_t i = 0; i < srv->n_providers; i++)
                 mcp_provider_free(srv->providers[i]);

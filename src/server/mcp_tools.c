@@ -311,6 +311,7 @@ int mcp_codecage_provider_new(const struct cage_config *cfg, const char *list,
         *p = (struct mcp_provider){
                 .name = "codecage",
                 .call = call_tool,
+                .tasks_optional = true,
                 .resource_templates = mcp_codecage_resource_templates(),
                 .read = mcp_codecage_resource_read,
         };

@@ -6,7 +6,15 @@
  * (newline-delimited messages, as MCP's stdio transport says). A tool is
  * tools.<tool> in the first server that offers it, and tools.<server>__<tool>
  * in any. Everything an upstream sends is bounded (line length, tool count)
- * and parsed strictly. */
+ * and parsed strictly.
+ *
+ * Two protocol eras: a started server is first asked server/discover with
+ * the request _meta of revision 2026-07-28; one that lists that revision
+ * in supportedVersions is spoken to statelessly (every request carries
+ * its _meta, no initialize), any other answer (an error, another list)
+ * gets initialize of 2025-11-25 on the same process, and one that does not
+ * answer within UPSTREAM_PROBE_MS (or exits) is started again for
+ * initialize. */
 #include "upstream.h"
 
 #include <errno.h>
@@ -27,7 +35,9 @@
 #include "util/error.h"
 #include "util/fdutil.h"
 
-#define PROTOCOL_VERSION "2025-11-25"
+#define PROTOCOL_VERSION  "2025-11-25"
+#define PROTOCOL_MODERN   "2026-07-28"
+#define UPSTREAM_PROBE_MS 10000
 
 extern char **environ;
 
@@ -41,6 +51,7 @@ struct upstream {
         char *buf; /* bytes read but not yet consumed */
         size_t buf_len;
         long next_id;
+        bool modern;   /* it speaks 2026-07-28: every request carries its _meta */
         json_t *tools; /* [{name, description, inputSchema}] as the server listed them */
 };
 
@@ -154,17 +165,57 @@ static int read_line(struct upstream *s, int64_t deadline, json_t **ret)
         }
 }
 
-/* One request and its answer (notifications and requests from the
- * upstream in between are skipped: we offer it no capabilities). */
-static int request(struct upstream *s, const char *method, json_t *params, json_t **result,
-                   char **error)
+/* The params of a request: in revision 2026-07-28 with the _meta every
+ * request carries (no client capabilities: code mode offers none). */
+static json_t *request_params(bool modern, json_t *params)
+{
+        json_t *p = params ? json_copy(params) : json_object();
+        if (!p || !modern)
+                return p;
+        json_t *meta =
+                json_pack("{s:s, s:{}, s:{s:s, s:s}}", "io.modelcontextprotocol/protocolVersion",
+                          PROTOCOL_MODERN, "io.modelcontextprotocol/clientCapabilities",
+                          "io.modelcontextprotocol/clientInfo", "name", "codecage", "version",
+                          CODECAGE_VERSION);
+        if (!meta || json_object_set_new(p, "_meta", meta) < 0) {
+                json_decref(p);
+                return NULL;
+        }
+        return p;
+}
+
+/* A 2026-07-28 result that is not complete: the upstream asked for input
+ * (elicitation, sampling, roots) that code mode cannot give, or answered
+ * something this client does not know. */
+static int incomplete(struct upstream *s, const json_t *result, char **error)
+{
+        const char *type = json_string_value(json_object_get(result, "resultType"));
+        if (!s->modern || !type || strcmp(type, "complete") == 0)
+                return 0;
+        if (asprintf(error,
+                     strcmp(type, "input_required") == 0
+                             ? "upstream %s: the tool asked for input from the user or a model, "
+                               "which code mode does not provide"
+                             : "upstream %s: an answer of result type %.40s",
+                     s->name, type) < 0)
+                *error = NULL;
+        return -EREMOTEIO;
+}
+
+/* One request and its answer within timeout_ms (notifications and
+ * requests from the upstream in between are skipped: we offer it no
+ * capabilities). */
+static int request_within(struct upstream *s, bool modern, const char *method, json_t *params,
+                          int64_t timeout_ms, json_t **result, char **error)
 {
         long id = ++s->next_id;
-        json_t *msg = json_pack("{s:s, s:I, s:s, s:O}", "jsonrpc", "2.0", "id", (json_int_t)id,
-                                "method", method, "params", params ? params : json_object());
+        json_t *p = request_params(modern, params);
+        json_t *msg = p ? json_pack("{s:s, s:I, s:s, s:o}", "jsonrpc", "2.0", "id", (json_int_t)id,
+                                    "method", method, "params", p)
+                        : NULL;
         int r = msg ? send_message(s, msg) : -ENOMEM;
         json_decref(msg);
-        int64_t deadline = clock_mono_ms() + UPSTREAM_TIMEOUT_MS;
+        int64_t deadline = clock_mono_ms() + timeout_ms;
         while (r == 0) {
                 json_t *answer = NULL;
                 if ((r = read_line(s, deadline, &answer)) < 0)
@@ -182,6 +233,7 @@ static int request(struct upstream *s, const char *method, json_t *params, json_
                                 r = -EREMOTEIO;
                         } else {
                                 *result = json_incref(json_object_get(answer, "result"));
+                                r = incomplete(s, *result, error);
                         }
                         json_decref(answer);
                         return r;
@@ -192,6 +244,32 @@ static int request(struct upstream *s, const char *method, json_t *params, json_
         return r;
 }
 
+static int request(struct upstream *s, const char *method, json_t *params, json_t **result,
+                   char **error)
+{
+        return request_within(s, s->modern, method, params, UPSTREAM_TIMEOUT_MS, result, error);
+}
+
+/* server/discover: whether the server speaks 2026-07-28; -errno when it
+ * did not answer (the process is stopped then). */
+static int discover(struct upstream *s)
+{
+        json_t *result = NULL;
+        char *error = NULL;
+        int r = request_within(s, true, "server/discover", NULL, UPSTREAM_PROBE_MS, &result,
+                               &error);
+        free(error);
+        bool modern = false;
+        size_t i;
+        json_t *v;
+        json_array_foreach(r == 0 ? json_object_get(result, "supportedVersions") : NULL, i, v)
+                modern |= json_is_string(v) && strcmp(json_string_value(v), PROTOCOL_MODERN) == 0;
+        json_decref(result);
+        if (r < 0 && r != -EREMOTEIO)
+                return r;
+        return modern;
+}
+
 static int initialize(struct upstream *s, struct cage_error *err)
 {
         json_t *params = json_pack("{s:s, s:{}, s:{s:s, s:s}}", "protocolVersion", PROTOCOL_VERSION,
@@ -199,7 +277,16 @@ static int initialize(struct upstream *s, struct cage_error *err)
                                    CODECAGE_VERSION);
         json_t *result = NULL;
         char *error = NULL;
+        s->modern = false;
         int r = spawn_process(s, err);
+        int probe = r == 0 ? discover(s) : 0;
+        if (probe > 0) { /* revision 2026-07-28: no handshake */
+                json_decref(params);
+                s->modern = true;
+                return 0;
+        }
+        if (r == 0 && probe < 0) /* no answer: a fresh process for initialize */
+                r = spawn_process(s, err);
         if (r == 0)
                 r = request(s, "initialize", params, &result, &error);
         json_decref(params);

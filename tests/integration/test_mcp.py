@@ -248,6 +248,26 @@ def test_code_mode_http(node, tmp_path):
     assert_gone(marker)
 
 
+def test_code_mode_speaks_each_upstreams_era(node, stdio):
+    """An upstream of revision 2026-07-28 (the v2 server SDK, which serves
+    both eras) is spoken to statelessly after server/discover; one of
+    2025-11-25 (the 1.x SDK, which has no server/discover) through
+    initialize. Python calls the tools of both in one run."""
+    marker = f"upstream{os.getpid()}x{time.monotonic_ns()}"
+    v2 = f"v2={NODE} {NEXT_DIR / 'upstream_server2026.mjs'} {marker}"
+    s = stdio("--upstream", v2, "--upstream", upstream_spec(marker))
+    assert "result" in s.ask(rpc("initialize", INIT, id=1))
+    s.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    code = ("[tools.v2__era(), tools.v2__add(a=2, b=3), tools.demo__add(a=4, b=5),\n"
+            " tools.v2__echo(text='new'), tools.demo__echo(text='old')]")
+    result = s.call_tool("run_python", {"code": code}, id=2)
+    assert result["structuredContent"]["status"] == "ok", result
+    assert result["structuredContent"]["return_value"] == [
+        "2026-07-28", {"sum": 5}, {"sum": 9}, "new", "old"]
+    s.close()
+    assert_gone(marker)
+
+
 # ---- the official conformance suite ----------------------------------------------------------
 
 def test_conformance_suite(node, tmp_path):
@@ -333,6 +353,20 @@ def check_client_2026(doc):
     assert doc["state"] == 42  # a named sandbox keeps state across stateless calls
     assert doc["exit_code"] == 7
     assert doc["unknown_resource"] == -32602
+    # llm_query through input-required results: three prompts reached the
+    # client's sampling handler, the batch of two in one round
+    assert doc["llm"] == ["answer(one)", "answer(two)", "answer(three)"]
+    assert doc["llm_asked"] == ["one", "two", "three"]
+    assert doc["llm_batched_at_once"] == 2
+    # a task: working with its latest output, then cancelled; another completed
+    assert doc["task_created"] == "working"
+    assert doc["task_working"] == "working" and "task-started" in doc["task_output"]
+    assert doc["task_final"] == "cancelled"
+    assert doc["task_result"] == 42
+    # a task's llm_query waits in input_required until tasks/update answers it
+    assert doc["task_input_status"] == "input_required"
+    assert doc["task_question"] == "in a task"
+    assert doc["task_input_result"] == "answered by update"
 
 
 # ---- the MCP Inspector CLI ------------------------------------------------------------------------
@@ -473,6 +507,24 @@ def post26(serve, msg, **headers):
         h["Mcp-Name"] = name
     h.update(headers)
     return serve.post(msg, {k: v for k, v in h.items() if v is not None})
+
+
+def test_http_2026_a_paused_run_waits_at_most_its_timeout(serve):
+    """llm_query pauses the run for the client's retry; a client that never
+    comes back leaves it paused for the run's timeout_s, then it is
+    cancelled and its requestState names nothing."""
+    caps = {"io.modelcontextprotocol/clientCapabilities": {"sampling": {}}}
+    args = {"code": "llm_query('anyone there?')", "timeout_s": 2}
+    resp, doc = post26(serve, rpc26("tools/call", {"name": "run_python", "arguments": args},
+                                    **caps))
+    assert doc["result"]["resultType"] == "input_required", doc
+    state = doc["result"]["requestState"]
+    time.sleep(4)
+    answer = {"role": "assistant", "model": "m", "content": {"type": "text", "text": "late"}}
+    resp, doc = post26(serve, rpc26("tools/call", {
+        "name": "run_python", "arguments": args, "requestState": state,
+        "inputResponses": {"llm_query_0": answer}}, id=2, **caps))
+    assert doc["error"]["code"] == -32602 and "no paused call" in doc["error"]["message"], doc
 
 
 def test_http_2026_stateless(serve):
