@@ -244,6 +244,8 @@ def main():
     ap.add_argument("--calls", type=int, default=400)
     ap.add_argument("--concurrency", type=int, default=1,
                     help="clients creating sandboxes at the same time (default 1)")
+    ap.add_argument("--reserve-mib", type=int, default=1536,
+                    help="stop creating when the machine has less memory available (default 1536)")
     ap.add_argument("--data", default="")
     ap.add_argument("--no-baseline", action="store_true")
     a = ap.parse_args()
@@ -319,6 +321,8 @@ def run(a, n, block, data, sock, srv, base, a0, u0, k0):
 
     def create_one(i):
         """create + first call of sandbox d<i>, on this thread's connection."""
+        if meminfo()["MemAvailable"] < a.reserve_mib * 2**20:
+            return f"stopped before d{i}: less than {a.reserve_mib} MiB of memory left"
         if not hasattr(local, "c"):
             local.c = Client(sock)
             creators.append(local.c)
