@@ -20,6 +20,7 @@
  *            (also -ELOOP, -EXDEV: a link the file API will not follow)
  *   -E2BIG   too large (body, file, list)                 -> 413
  *   -ENOSPC  the workspace is full (disk_mib)             -> 507
+ *   -EUSERS  over a tenant quota, or the launch queue     -> 429
  *   anything else: codecage's own failure                 -> 500
  * cage_service_http_status() does that mapping.
  *
@@ -101,6 +102,16 @@ bool cage_service_audit_foreign(struct cage_service *svc, const char *tenant, co
  * refused (an operator route; sandbox: what it named, or NULL). */
 void cage_service_audit_forbidden(struct cage_service *svc, const char *tenant, const char *sandbox,
                                   const struct cage_service_peer *peer);
+
+/* Operations (docs/OPERATIONS.md). metrics: the Prometheus text exposition
+ * (format 0.0.4) of the whole service, malloc'ed. ready: whether the
+ * server can take work (accepting, store answers, cgroups usable, warm pool
+ * filled once, data_dir has room); *ret (may be NULL): {status, checks,
+ * reasons}. drain: from now on ready says "draining" (SIGTERM). */
+int cage_service_metrics(struct cage_service *svc, char **ret, size_t *ret_len);
+bool cage_service_ready(struct cage_service *svc, json_t **ret);
+void cage_service_drain(struct cage_service *svc);
+bool cage_service_draining(struct cage_service *svc);
 
 /* -errno of a service call -> the HTTP status the API answers with. */
 int cage_service_http_status(int r);

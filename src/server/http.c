@@ -64,11 +64,12 @@
 #define HTTP_DISCARD_MAX     (64ULL * 1024 * 1024) /* past the limit, then close */
 #define HTTP_LOG_PATH_MAX    256 /* bytes of a path kept in logs and audit records */
 #define HTTP_METHOD_MAX      16  /* bytes kept of a method, with its NUL */
-#define DESCRIBE_MAX         (2 * 128 + 64)
+#define DESCRIBE_MAX         (3 * 128 + 96)
 
 struct cage_http_server {
         struct http_context ctx;
-        struct MHD_Daemon *daemons[2];
+        struct http_context metrics_ctx; /* listen.metrics */
+        struct MHD_Daemon *daemons[3];
         size_t n_daemons;
         int shutdown_pipe[2];
         char *unix_path;      /* the socket we created, removed at stop */
@@ -289,7 +290,8 @@ static enum MHD_Result check_headers(struct http_request *req, struct MHD_Connec
         uint64_t max = ctx->cfg->limits.max_body_bytes;
 
         const struct cage_tenant *t = NULL;
-        if (!cage_config_auth_required(ctx->cfg) || (req->match.flags & ROUTE_PUBLIC)) {
+        if (!cage_config_auth_required(ctx->cfg) || (req->match.flags & ROUTE_PUBLIC) ||
+            ctx->metrics_only) {
                 snprintf(req->tenant, sizeof(req->tenant), "%s", CAGE_SERVICE_DEFAULT_TENANT);
         } else {
                 t = authenticate(ctx, conn);
@@ -330,7 +332,8 @@ static bool guard_passes(struct http_request *req, struct MHD_Connection *conn)
         size_t path_len = strcspn(req->raw_uri, "?#");
         struct http_guard_request rq = {
                 .unix_socket = req->unix_socket,
-                .health = path_len == 8 && strncmp(req->raw_uri, "/healthz", 8) == 0,
+                .health = path_len == 8 && (strncmp(req->raw_uri, "/healthz", 8) == 0 ||
+                                            strncmp(req->raw_uri, "/readyz", 7) == 0),
                 .host = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST),
                 .origin = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin"),
         };
@@ -374,6 +377,17 @@ static enum MHD_Result finish_mcp(struct http_request *req, struct MHD_Connectio
 
 /* ---- (end of MCP) ---------------------------------------------------------- */
 
+/* What the unauthenticated metrics listener serves. */
+static bool metrics_route(const char *raw_uri)
+{
+        size_t n = strcspn(raw_uri, "?#");
+        static const char *const paths[] = {"/metrics", "/healthz", "/readyz"};
+        for (size_t i = 0; i < 3; i++)
+                if (n == strlen(paths[i]) && strncmp(raw_uri, paths[i], n) == 0)
+                        return true;
+        return false;
+}
+
 static enum MHD_Result begin(struct http_request *req, struct MHD_Connection *conn,
                              const char *method)
 {
@@ -388,6 +402,11 @@ static enum MHD_Result begin(struct http_request *req, struct MHD_Connection *co
                 return respond_error(req, conn, 414, "the request target is too long", NULL);
         if (!guard_passes(req, conn))
                 return respond_error(req, conn, req->status, req->guard_message, NULL);
+        if (req->ctx->metrics_only && !metrics_route(req->raw_uri))
+                return respond_error(req, conn, 404,
+                                     "this listener (listen.metrics) serves /metrics, /healthz "
+                                     "and /readyz only",
+                                     NULL);
         if (mcp_http_is_endpoint(req->raw_uri)) /* MCP */
                 return begin_mcp(req, conn, method);
         char *q = strchr(req->raw_uri, '?');
@@ -550,20 +569,22 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 
 /* ---- listeners ------------------------------------------------------------ */
 
-static int open_tcp(const struct cage_config *cfg, int *ret, struct cage_error *err)
+/* A TCP listener on addr; key names it in messages ("listen.http"). */
+static int open_tcp(const struct sockaddr_storage *addr, socklen_t addr_len, const char *key,
+                    const char *text, int *ret, struct cage_error *err)
 {
-        int family = cfg->http_addr.ss_family, one = 1;
+        int family = addr->ss_family, one = 1;
         _cleanup_close_ int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (fd < 0)
-                return cage_fail(err, -errno, "listen.http: socket");
+                return cage_fail(err, -errno, "%s: socket", key);
         if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
             (family == AF_INET6 &&
              setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one)) < 0))
-                return cage_fail(err, -errno, "listen.http: setsockopt");
-        if (bind(fd, (const struct sockaddr *)&cfg->http_addr, cfg->http_addr_len) < 0)
-                return cage_fail(err, -errno, "listen.http: cannot bind %s", cfg->listen_http);
+                return cage_fail(err, -errno, "%s: setsockopt", key);
+        if (bind(fd, (const struct sockaddr *)addr, addr_len) < 0)
+                return cage_fail(err, -errno, "%s: cannot bind %s", key, text);
         if (listen(fd, 128) < 0)
-                return cage_fail(err, -errno, "listen.http: listen");
+                return cage_fail(err, -errno, "%s: listen", key);
         *ret = TAKE_FD(fd);
         return 0;
 }
@@ -645,17 +666,18 @@ static int open_unix(const char *path, int *ret, struct cage_error *err)
         return 0;
 }
 
-static int start_daemon(struct cage_http_server *srv, int fd, struct cage_error *err)
+static int start_daemon(struct cage_http_server *srv, struct http_context *ctx, int fd,
+                        struct cage_error *err)
 {
         unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
                          MHD_USE_POLL | MHD_USE_ERROR_LOG;
         struct MHD_Daemon *d = MHD_start_daemon(
-                flags, 0, NULL, NULL, on_request, &srv->ctx, MHD_OPTION_EXTERNAL_LOGGER, mhd_logger,
-                NULL, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_LIMIT,
+                flags, 0, NULL, NULL, on_request, ctx, MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL,
+                MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_LIMIT,
                 (unsigned)HTTP_CONNECTIONS_MAX, MHD_OPTION_CONNECTION_TIMEOUT,
                 (unsigned)HTTP_IDLE_TIMEOUT_S, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-                (size_t)HTTP_HEADERS_MAX, MHD_OPTION_URI_LOG_CALLBACK, on_uri, &srv->ctx,
-                MHD_OPTION_NOTIFY_COMPLETED, on_completed, &srv->ctx, MHD_OPTION_END);
+                (size_t)HTTP_HEADERS_MAX, MHD_OPTION_URI_LOG_CALLBACK, on_uri, ctx,
+                MHD_OPTION_NOTIFY_COMPLETED, on_completed, ctx, MHD_OPTION_END);
         if (!d) {
                 close(fd);
                 return cage_fail(err, -EIO, "cannot start the HTTP daemon");
@@ -664,7 +686,7 @@ static int start_daemon(struct cage_http_server *srv, int fd, struct cage_error 
         return 0;
 }
 
-static void describe_tcp(struct cage_http_server *srv, int fd)
+static void describe_tcp(struct cage_http_server *srv, int fd, const char *prefix)
 {
         struct sockaddr_storage ss;
         socklen_t len = sizeof(ss);
@@ -682,8 +704,9 @@ static void describe_tcp(struct cage_http_server *srv, int fd)
                 }
         }
         bool v6 = ss.ss_family == AF_INET6;
-        snprintf(srv->describe, sizeof(srv->describe), "http://%s%s%s:%u", v6 ? "[" : "", host,
-                 v6 ? "]" : "", port);
+        size_t n = strlen(srv->describe);
+        snprintf(srv->describe + n, sizeof(srv->describe) - n, "%shttp://%s%s%s:%u", prefix,
+                 v6 ? "[" : "", host, v6 ? "]" : "", port);
 }
 
 static int start_listeners(struct cage_http_server *srv, struct cage_error *err)
@@ -691,10 +714,11 @@ static int start_listeners(struct cage_http_server *srv, struct cage_error *err)
         const struct cage_config *cfg = srv->ctx.cfg;
         int fd = -1, r;
         if (cfg->listen_http) {
-                if ((r = open_tcp(cfg, &fd, err)) < 0)
+                if ((r = open_tcp(&cfg->http_addr, cfg->http_addr_len, "listen.http",
+                                  cfg->listen_http, &fd, err)) < 0)
                         return r;
-                describe_tcp(srv, fd);
-                if ((r = start_daemon(srv, fd, err)) < 0)
+                describe_tcp(srv, fd, "");
+                if ((r = start_daemon(srv, &srv->ctx, fd, err)) < 0)
                         return r;
         }
         if (cfg->listen_unix) {
@@ -709,7 +733,15 @@ static int start_listeners(struct cage_http_server *srv, struct cage_error *err)
                 size_t n = strlen(srv->describe);
                 snprintf(srv->describe + n, sizeof(srv->describe) - n, "%sunix:%s",
                          n ? " and " : "", cfg->listen_unix);
-                if ((r = start_daemon(srv, fd, err)) < 0)
+                if ((r = start_daemon(srv, &srv->ctx, fd, err)) < 0)
+                        return r;
+        }
+        if (cfg->listen_metrics) {
+                if ((r = open_tcp(&cfg->metrics_addr, cfg->metrics_addr_len, "listen.metrics",
+                                  cfg->listen_metrics, &fd, err)) < 0)
+                        return r;
+                describe_tcp(srv, fd, " and metrics on ");
+                if ((r = start_daemon(srv, &srv->metrics_ctx, fd, err)) < 0)
                         return r;
         }
         return 0;
@@ -737,6 +769,9 @@ int cage_http_start(const struct cage_config *cfg, struct cage_service *svc,
         int r = cage_config_redactor(cfg, &srv->ctx.redactor, err);
         if (r < 0)
                 return r;
+        srv->metrics_ctx = srv->ctx; /* the redactor is the server's: not released twice */
+        srv->metrics_ctx.metrics_only = true;
+        http_guard_init(&srv->metrics_ctx.guard, cfg->listen_metrics, true);
         if ((r = mcp_http_new(cfg, svc, srv->ctx.shutdown_fd, &srv->mcp, err)) < 0) /* MCP */
                 return r;
         if ((r = start_listeners(srv, err)) < 0)

@@ -11,6 +11,7 @@
  *   api_sandbox.c   sandbox, exec and run handlers
  *   api_files.c     workspace files and run artifacts handlers
  *   api_python.c    Python runs, session variables, the pool, host-call answers
+ *   api_ops.c       /metrics and /readyz
  *   host_calls.c    host calls of Python runs waiting for a client's answer
  *   sse.c           exec/run/Python output (and host calls) as Server-Sent Events;
  *                   the streaming response of every event queue
@@ -54,6 +55,7 @@ struct cage_redactor;
 #define HTTP_IDLE_TIMEOUT_S 60     /* idle connections are closed */
 #define HTTP_HOST_MAX       255    /* a host name in Host / Origin */
 #define HTTP_REMOTE_MAX     64     /* "[v6]:port", "unix:uid=N" */
+#define HTTP_RETRY_AFTER_S  "1"    /* Retry-After of a 429 (over a quota) */
 
 /* http_guard.c: the Host / Origin policy (DNS rebinding). */
 struct http_guard {
@@ -64,7 +66,7 @@ struct http_guard {
 /* What the policy looks at in one request; NULL for an absent header. */
 struct http_guard_request {
         bool unix_socket; /* it came over the Unix socket */
-        bool health;      /* GET /healthz */
+        bool health;      /* GET /healthz or /readyz */
         const char *host, *origin;
 };
 void http_guard_init(struct http_guard *g, const char *listen_http, bool loopback);
@@ -82,6 +84,7 @@ struct http_context {
         struct cage_redactor *redactor; /* secrets + tokens, for live output */
         int shutdown_fd;                /* readable once the server is stopping */
         struct http_guard guard;
+        bool metrics_only; /* listen.metrics: /metrics, /healthz, /readyz, no token */
 };
 
 /* One decoded request, as the route handlers see it. */
@@ -167,6 +170,9 @@ int http_queue_reply(struct MHD_Connection *conn, struct http_reply *reply);
 
 /* api_sandbox.c / api_files.c: handlers named in the route table. */
 int api_healthz(struct http_call *c, struct http_reply *r, struct cage_error *err);
+/* api_ops.c */
+int api_readyz(struct http_call *c, struct http_reply *r, struct cage_error *err);
+int api_metrics(struct http_call *c, struct http_reply *r, struct cage_error *err);
 int api_openapi(struct http_call *c, struct http_reply *r, struct cage_error *err);
 int api_sandbox_create(struct http_call *c, struct http_reply *r, struct cage_error *err);
 int api_sandbox_list(struct http_call *c, struct http_reply *r, struct cage_error *err);

@@ -28,6 +28,7 @@ static const struct {
         {413, "too_large"},
         {414, "invalid_request"},
         {415, "unsupported_media_type"},
+        {429, "too_many_requests"},
         {431, "invalid_request"},
         {502, "bad_gateway"},
         {504, "gateway_timeout"},
@@ -144,6 +145,8 @@ int http_queue_error(struct MHD_Connection *conn, unsigned status, const char *m
         if (auth_challenge)
                 MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
                                         "Bearer realm=\"codecage\"");
+        if (status == 429) /* a quota or the launch queue: calls end in seconds */
+                MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, HTTP_RETRY_AFTER_S);
         enum MHD_Result r = MHD_queue_response(conn, status, resp);
         MHD_destroy_response(resp);
         return r;

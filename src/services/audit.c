@@ -21,6 +21,7 @@
 
 #include "redact.h"
 #include "util/cleanup.h"
+#include "services/metrics.h"
 #include "util/error.h"
 #include "util/fdutil.h"
 
@@ -376,7 +377,9 @@ int cage_audit_record(struct cage_audit *a, enum cage_audit_event event, const c
         pthread_mutex_lock(&a->lock);
         int r = write_all(a->fd, line, len);
         pthread_mutex_unlock(&a->lock);
-        if (r < 0)
+        if (r < 0) {
+                cage_metrics_audit_error();
                 return cage_fail(err, r, "audit %s: writing \"%s\"", name, a->path);
+        }
         return 0;
 }

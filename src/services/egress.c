@@ -34,6 +34,7 @@
 
 #include "services/audit.h"
 #include "services/egress_http.h"
+#include "services/metrics.h"
 #include "util/cleanup.h"
 #include "util/clock.h"
 #include "util/error.h"
@@ -362,6 +363,7 @@ static void audit(struct egress_sandbox *s, enum cage_audit_event ev, json_t *fi
 static void audit_deny(struct egress_sandbox *s, const char *kind, const char *host, uint16_t port,
                        const char *reason)
 {
+        cage_metrics_egress(false, 0, 0);
         audit(s, CAGE_AUDIT_NETWORK_DENY,
               json_pack("{s:s, s:s, s:i, s:s}", "kind", kind, "host", host, "port", (int)port,
                         "reason", reason));
@@ -396,6 +398,7 @@ static void audit_allow(struct egress_conn *c, const struct exchange *x)
                                     json_string(c->over_limit ? "the sandbox's network byte "
                                                                 "limit was reached"
                                                               : x->error));
+        cage_metrics_egress(true, c->sent, c->received);
         audit(c->sbx, CAGE_AUDIT_NETWORK_ALLOW, f);
 }
 

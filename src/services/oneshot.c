@@ -23,7 +23,11 @@ int svc_oneshot_prepare(struct cage_service *svc, const char *tenant, const json
                 r = svc_check_files(req, err);
         if (r == 0)
                 r = cage_store_new_id(o->run_id, err);
-        (void)tenant;
+        /* The run's memory counts against the tenant's memory_mib quota. */
+        if (r == 0 && (r = svc_quota_memory(svc, tenant, (int64_t)o->spec->memory_mib, err)) == 0) {
+                o->tenant = tenant;
+                o->reserved_mib = o->spec->memory_mib;
+        }
         return r;
 }
 
@@ -102,5 +106,7 @@ void svc_oneshot_free(struct cage_service *svc, struct svc_oneshot *o)
         json_decref(o->requirements);
         json_decref(o->failed);
         svc_spec_free(o->spec);
+        if (o->reserved_mib)
+                (void)svc_quota_memory(svc, o->tenant, -(int64_t)o->reserved_mib, NULL);
         *o = (struct svc_oneshot){.ws = -1};
 }

@@ -298,7 +298,7 @@ void svc_leave(struct sb *sb, const struct cage_result *res)
                 (void)cage_store_touch(sb->svc->store, sb->id, 0, NULL);
 }
 
-int cage_service_exec(struct cage_service *svc, const char *tenant, const char *name,
+static int exec_named(struct cage_service *svc, const char *tenant, const char *name,
                       const json_t *req, const struct cage_service_io *io, json_t **ret,
                       struct cage_error *err)
 {
@@ -341,6 +341,20 @@ int cage_service_exec(struct cage_service *svc, const char *tenant, const char *
         cage_artifact_snapshot_free(before);
         exec_req_free(&q);
         svc_unref(sb);
+        return r;
+}
+
+int cage_service_exec(struct cage_service *svc, const char *tenant, const char *name,
+                      const json_t *req, const struct cage_service_io *io, json_t **ret,
+                      struct cage_error *err)
+{
+        struct svc_call call;
+        int r = svc_call_begin(svc, tenant, CAGE_METRIC_EXEC, &call, err);
+        if (r == 0)
+                r = exec_named(svc, tenant, name, req, io, ret, err);
+        else
+                svc_audit_denied(svc, r, tenant, name, err);
+        svc_call_end(&call, r, r == 0 ? *ret : NULL);
         return r;
 }
 
@@ -558,9 +572,12 @@ static int run_in(struct cage_service *svc, const char *tenant, struct svc_onesh
 int cage_service_run(struct cage_service *svc, const char *tenant, const json_t *req,
                      const struct cage_service_io *io, json_t **ret, struct cage_error *err)
 {
-        struct svc_oneshot o;
+        struct svc_oneshot o = {.ws = -1};
         struct exec_req q = {0};
-        int r = svc_oneshot_prepare(svc, tenant, req, run_extra, &o, err);
+        struct svc_call call;
+        int r = svc_call_begin(svc, tenant, CAGE_METRIC_RUN_SHELL, &call, err);
+        if (r == 0)
+                r = svc_oneshot_prepare(svc, tenant, req, run_extra, &o, err);
         if (r == 0)
                 r = parse_run(req, o.spec, &q, err);
         if (r == 0)
@@ -572,6 +589,7 @@ int cage_service_run(struct cage_service *svc, const char *tenant, const json_t 
         exec_req_free(&q);
         svc_oneshot_free(svc, &o);
         svc_audit_denied(svc, r, tenant, NULL, err);
+        svc_call_end(&call, r, r == 0 ? *ret : NULL);
         return r;
 }
 
