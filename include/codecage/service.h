@@ -112,6 +112,20 @@ int cage_service_metrics(struct cage_service *svc, char **ret, size_t *ret_len);
 bool cage_service_ready(struct cage_service *svc, json_t **ret);
 void cage_service_drain(struct cage_service *svc);
 bool cage_service_draining(struct cage_service *svc);
+/* Calls (execs, Python calls, one-shot runs) running now. */
+unsigned cage_service_calls_in_flight(struct cage_service *svc);
+/* The metadata store answers (the watchdog's check). */
+bool cage_service_healthy(struct cage_service *svc);
+/* SIGHUP: cfg replaces the config from now on -- tokens, tenants, quotas,
+ * limits, defaults, secrets, network limits -- without touching a running
+ * sandbox or session. The caller keeps every config it passed (and the
+ * first) alive until cage_service_close(), and checks that keys which need
+ * a restart (data_dir, listen, pool, images, upstream_servers, audit_log)
+ * did not change. */
+int cage_service_reload(struct cage_service *svc, const struct cage_config *cfg,
+                        struct cage_error *err);
+/* Reopens the audit log at its path (log rotation). */
+int cage_service_reopen_audit(struct cage_service *svc, struct cage_error *err);
 
 /* -errno of a service call -> the HTTP status the API answers with. */
 int cage_service_http_status(int r);

@@ -70,7 +70,12 @@ struct cage_http_server {
         struct http_context ctx;
         struct http_context metrics_ctx; /* listen.metrics */
         struct MHD_Daemon *daemons[3];
+        bool api_daemon[3];  /* serves the API (not listen.metrics): quiesced on drain */
+        int quiesced_fds[3]; /* listening sockets given back by MHD_quiesce_daemon */
         size_t n_daemons;
+        _Atomic unsigned active;        /* see cage_http_active() */
+        struct cage_redactor **retired; /* redactors of earlier configs */
+        size_t n_retired;
         int shutdown_pipe[2];
         char *unix_path;      /* the socket we created, removed at stop */
         struct mcp_http *mcp; /* MCP: the /mcp endpoint (mcp_http.c) */
@@ -91,6 +96,7 @@ struct http_request {
         const char *guard_message; /* why the Host / Origin policy refused it */
         unsigned status;
         bool started, responded, too_large;
+        bool counted; /* in *ctx->active */
         struct http_match match;
         char *body;
         size_t body_len, body_cap;
@@ -402,11 +408,21 @@ static enum MHD_Result begin(struct http_request *req, struct MHD_Connection *co
                 return respond_error(req, conn, 414, "the request target is too long", NULL);
         if (!guard_passes(req, conn))
                 return respond_error(req, conn, req->status, req->guard_message, NULL);
+        if (cage_service_draining(req->ctx->svc) && !metrics_route(req->raw_uri))
+                return respond_error(req, conn, 503,
+                                     "the server is shutting down; send this request to another "
+                                     "instance or try again when it is back",
+                                     NULL);
         if (req->ctx->metrics_only && !metrics_route(req->raw_uri))
                 return respond_error(req, conn, 404,
                                      "this listener (listen.metrics) serves /metrics, /healthz "
                                      "and /readyz only",
                                      NULL);
+        if (!metrics_route(req->raw_uri) &&
+            !(mcp_http_is_endpoint(req->raw_uri) && strcmp(method, "GET") == 0)) {
+                req->counted = true;
+                atomic_fetch_add(req->ctx->active, 1);
+        }
         if (mcp_http_is_endpoint(req->raw_uri)) /* MCP */
                 return begin_mcp(req, conn, method);
         char *q = strchr(req->raw_uri, '?');
@@ -561,6 +577,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         sse_stream_finish(req->stream);
         mcp_http_request_done(req->mcp_req); /* MCP */
         log_request(req, toe);
+        if (req->counted)
+                atomic_fetch_sub(req->ctx->active, 1);
         http_match_clear(&req->match);
         free(req->body);
         free(req->raw_uri);
@@ -670,7 +688,7 @@ static int start_daemon(struct cage_http_server *srv, struct http_context *ctx, 
                         struct cage_error *err)
 {
         unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
-                         MHD_USE_POLL | MHD_USE_ERROR_LOG;
+                         MHD_USE_POLL | MHD_USE_ERROR_LOG | MHD_USE_ITC; /* ITC: quiesce */
         struct MHD_Daemon *d = MHD_start_daemon(
                 flags, 0, NULL, NULL, on_request, ctx, MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL,
                 MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_LIMIT,
@@ -682,6 +700,8 @@ static int start_daemon(struct cage_http_server *srv, struct http_context *ctx, 
                 close(fd);
                 return cage_fail(err, -EIO, "cannot start the HTTP daemon");
         }
+        srv->api_daemon[srv->n_daemons] = !ctx->metrics_only;
+        srv->quiesced_fds[srv->n_daemons] = -1;
         srv->daemons[srv->n_daemons++] = d;
         return 0;
 }
@@ -766,9 +786,12 @@ int cage_http_start(const struct cage_config *cfg, struct cage_service *svc,
         if (pipe2(srv->shutdown_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
                 return cage_fail(err, -errno, "http server: pipe");
         srv->ctx.shutdown_fd = srv->shutdown_pipe[0];
-        int r = cage_config_redactor(cfg, &srv->ctx.redactor, err);
+        srv->ctx.active = &srv->active;
+        struct cage_redactor *red = NULL;
+        int r = cage_config_redactor(cfg, &red, err);
         if (r < 0)
                 return r;
+        srv->ctx.redactor = red;
         srv->metrics_ctx = srv->ctx; /* the redactor is the server's: not released twice */
         srv->metrics_ctx.metrics_only = true;
         http_guard_init(&srv->metrics_ctx.guard, cfg->listen_metrics, true);
@@ -794,14 +817,66 @@ static void remove_socket(const char *path)
                 unlink(path);
 }
 
+void cage_http_quiesce(struct cage_http_server *srv)
+{
+        for (size_t i = 0; i < srv->n_daemons; i++) {
+                if (!srv->api_daemon[i] || srv->quiesced_fds[i] >= 0)
+                        continue;
+                /* MHD no longer accepts; the socket is ours but must stay
+                 * open until MHD_stop_daemon. shutdown() makes the kernel
+                 * refuse new connections instead of queueing them. */
+                int fd = MHD_quiesce_daemon(srv->daemons[i]);
+                srv->quiesced_fds[i] = fd;
+                if (fd >= 0)
+                        shutdown(fd, SHUT_RDWR);
+        }
+        remove_socket(srv->unix_path);
+}
+
+unsigned cage_http_active(struct cage_http_server *srv)
+{
+        return atomic_load(&srv->active);
+}
+
+void cage_http_cancel(struct cage_http_server *srv)
+{
+        if (srv->shutdown_pipe[1] >= 0)
+                (void)!write(srv->shutdown_pipe[1], "x", 1);
+}
+
+int cage_http_reload(struct cage_http_server *srv, const struct cage_config *cfg,
+                     struct cage_error *err)
+{
+        struct cage_redactor *red = NULL;
+        int r = cage_config_redactor(cfg, &red, err);
+        if (r < 0)
+                return r;
+        struct cage_redactor **more =
+                reallocarray(srv->retired, srv->n_retired + 1, sizeof(*srv->retired));
+        if (!more) {
+                cage_redactor_unref(red);
+                return cage_fail(err, -ENOMEM, "reload");
+        }
+        srv->retired = more;
+        /* A live stream may hold the old one (it takes its own reference). */
+        srv->retired[srv->n_retired++] = atomic_exchange(&srv->ctx.redactor, red);
+        srv->metrics_ctx.redactor = red;
+        srv->ctx.cfg = cfg;
+        srv->metrics_ctx.cfg = cfg;
+        return 0;
+}
+
 struct cage_http_server *cage_http_stop(struct cage_http_server *srv)
 {
         if (!srv)
                 return NULL;
         if (srv->shutdown_pipe[1] >= 0)
                 (void)!write(srv->shutdown_pipe[1], "x", 1);
-        for (size_t i = 0; i < srv->n_daemons; i++)
+        for (size_t i = 0; i < srv->n_daemons; i++) {
                 MHD_stop_daemon(srv->daemons[i]);
+                if (srv->quiesced_fds[i] >= 0)
+                        close(srv->quiesced_fds[i]);
+        }
         mcp_http_free(srv->mcp); /* MCP: after every connection is gone */
         remove_socket(srv->unix_path);
         free(srv->unix_path);
@@ -809,6 +884,9 @@ struct cage_http_server *cage_http_stop(struct cage_http_server *srv)
                 if (srv->shutdown_pipe[i] >= 0)
                         close(srv->shutdown_pipe[i]);
         cage_redactor_unref(srv->ctx.redactor);
+        for (size_t i = 0; i < srv->n_retired; i++)
+                cage_redactor_unref(srv->retired[i]);
+        free(srv->retired);
         free(srv);
         return NULL;
 }

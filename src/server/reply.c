@@ -31,6 +31,7 @@ static const struct {
         {429, "too_many_requests"},
         {431, "invalid_request"},
         {502, "bad_gateway"},
+        {503, "unavailable"},
         {504, "gateway_timeout"},
         {507, "insufficient_storage"},
 };

@@ -145,6 +145,16 @@ int svc_quota_memory(struct cage_service *svc, const char *tenant, int64_t memor
         return change(svc, tenant, 0, 0, 0, memory_mib, memory_mib > 0, err);
 }
 
+unsigned svc_calls_in_flight(struct cage_service *svc)
+{
+        unsigned n = 0;
+        pthread_mutex_lock(&svc->usage_lock);
+        for (struct svc_usage *u = svc->usage; u; u = u->next)
+                n += u->runs;
+        pthread_mutex_unlock(&svc->usage_lock);
+        return n;
+}
+
 /* ---- calls ---- */
 
 int svc_call_begin(struct cage_service *svc, const char *tenant, enum cage_metric_kind kind,

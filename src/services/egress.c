@@ -91,7 +91,7 @@ struct egress_sandbox {
 };
 
 struct cage_egress {
-        const struct cage_config_network *cfg;
+        const struct cage_config_network *_Atomic cfg; /* swapped on reload */
         struct cage_audit *audit;
         pthread_mutex_t lock;
         pthread_cond_t idle; /* total_conns dropped */
@@ -1169,6 +1169,12 @@ int cage_egress_attach(struct cage_egress *eg, int pidfd, const struct egress_al
 }
 
 /* ---- open and close --------------------------------------------------------------- */
+
+void cage_egress_set_config(struct cage_egress *eg, const struct cage_config_network *cfg)
+{
+        if (eg)
+                eg->cfg = cfg;
+}
 
 int cage_egress_open(const struct cage_config_network *cfg, struct cage_audit *audit,
                      struct cage_egress **ret, struct cage_error *err)

@@ -915,8 +915,10 @@ static int open_parts(struct cage_service *svc, struct cage_error *err)
         if ((r = cage_store_mark_all_stopped(svc->store, svc->instance, kill_leftover, svc, err)) <
             0)
                 return r;
-        if ((r = cage_config_redactor(cfg, &svc->redactor, err)) < 0)
+        struct cage_redactor *red = NULL;
+        if ((r = cage_config_redactor(cfg, &red, err)) < 0)
                 return r;
+        svc->redactor = red;
         if ((r = cage_audit_open(cfg->audit_log, svc->redactor, &svc->audit, err)) < 0)
                 return r;
         if ((r = load_sandboxes(svc, err)) < 0)
@@ -1087,6 +1089,9 @@ struct cage_service *cage_service_close(struct cage_service *svc)
         svc_images_close(svc);
         svc->audit = cage_audit_close(svc->audit);
         svc->redactor = cage_redactor_unref(svc->redactor);
+        for (size_t i = 0; i < svc->n_retired; i++)
+                cage_redactor_unref(svc->retired[i]);
+        free(svc->retired);
         svc->store = cage_store_close(svc->store);
         free(svc->ws_base);
         free(svc->runs_base);

@@ -320,6 +320,48 @@ bool cage_service_ready(struct cage_service *svc, json_t **ret)
         return ready;
 }
 
+/* ---- lifecycle ---- */
+
+int cage_service_reload(struct cage_service *svc, const struct cage_config *cfg,
+                        struct cage_error *err)
+{
+        struct cage_redactor *red = NULL;
+        int r = cage_config_redactor(cfg, &red, err);
+        if (r < 0)
+                return r;
+        pthread_mutex_lock(&svc->lock);
+        struct cage_redactor **more =
+                reallocarray(svc->retired, svc->n_retired + 1, sizeof(*svc->retired));
+        if (!more) {
+                pthread_mutex_unlock(&svc->lock);
+                cage_redactor_unref(red);
+                return cage_fail(err, -ENOMEM, "reload");
+        }
+        svc->retired = more;
+        /* The old redactor may be in use by a call now: kept until close. */
+        svc->retired[svc->n_retired++] = atomic_exchange(&svc->redactor, red);
+        svc->cfg = cfg;
+        pthread_mutex_unlock(&svc->lock);
+        cage_audit_set_redactor(svc->audit, red);
+        cage_egress_set_config(svc->egress, &cfg->network);
+        return 0;
+}
+
+int cage_service_reopen_audit(struct cage_service *svc, struct cage_error *err)
+{
+        return cage_audit_reopen(svc->audit, err);
+}
+
+unsigned cage_service_calls_in_flight(struct cage_service *svc)
+{
+        return svc_calls_in_flight(svc);
+}
+
+bool cage_service_healthy(struct cage_service *svc)
+{
+        return store_ok(svc);
+}
+
 void cage_service_drain(struct cage_service *svc)
 {
         atomic_store(&svc->draining, true);

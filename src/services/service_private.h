@@ -56,10 +56,14 @@ struct sb {
 };
 
 struct cage_service {
-        const struct cage_config *cfg;
+        /* Swapped by cage_service_reload (SIGHUP): a reader sees the old
+         * config or the new one; every config stays alive until close. */
+        const struct cage_config *_Atomic cfg;
         struct cage_store *store;
         struct cage_audit *audit;
-        struct cage_redactor *redactor;
+        struct cage_redactor *_Atomic redactor;
+        struct cage_redactor **retired; /* redactors of earlier configs, kept till close */
+        size_t n_retired;
         char instance[CAGE_STORE_ID_LEN + 1];
         char boot_id[CAGE_STORE_BOOT_ID_LEN + 1];
         char *ws_base;   /* <data_dir>/workspaces */
@@ -123,6 +127,8 @@ void svc_call_end(struct svc_call *call, int r, const json_t *result);
 int svc_launch_acquire(struct cage_service *svc, const struct cage_service_io *io,
                        struct cage_error *err);
 void svc_launch_release(struct cage_service *svc);
+/* Calls running now, every tenant's. */
+unsigned svc_calls_in_flight(struct cage_service *svc);
 /* The per-tenant gauges in the text exposition format. */
 void svc_usage_render(struct cage_service *svc, FILE *out);
 
