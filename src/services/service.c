@@ -550,6 +550,8 @@ int cage_service_sandbox_create(struct cage_service *svc, const char *tenant, co
         int r = svc_spec_parse(svc->cfg, spec, true, NULL, &parsed, err);
         if (r == 0 && (r = svc_spec_check_tenant(parsed, svc->cfg, tenant, err)) < 0)
                 parsed = svc_spec_free(parsed);
+        if (r == 0 && (r = svc_data_dir_room(svc, err)) < 0)
+                parsed = svc_spec_free(parsed);
         if (r == 0 && (r = reserve(svc, tenant, parsed, &sb, err)) < 0)
                 svc_spec_free(parsed);
         if (r < 0) {

@@ -286,17 +286,40 @@ static bool pool_warm(struct cage_service *svc)
         return true;
 }
 
-static bool disk_ok(struct cage_service *svc)
+/* data_dir's free space against the reserve: DISK_MIN_FREE, or
+ * DISK_MIN_PERCENT of a smaller filesystem, and DISK_MIN_INODES. */
+static int disk_room(struct cage_service *svc, uint64_t *ret_avail, uint64_t *ret_want)
 {
         struct statvfs vfs;
         if (statvfs(svc->cfg->data_dir, &vfs) < 0)
-                return false;
+                return -errno;
         uint64_t size = (uint64_t)vfs.f_blocks * vfs.f_frsize;
-        uint64_t avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
-        uint64_t want = size / 100 * DISK_MIN_PERCENT;
-        if (want > DISK_MIN_FREE)
-                want = DISK_MIN_FREE;
-        return avail >= want && (vfs.f_files == 0 || vfs.f_favail >= DISK_MIN_INODES);
+        *ret_avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+        *ret_want = size / 100 * DISK_MIN_PERCENT;
+        if (*ret_want > DISK_MIN_FREE)
+                *ret_want = DISK_MIN_FREE;
+        bool ok = *ret_avail >= *ret_want && (vfs.f_files == 0 || vfs.f_favail >= DISK_MIN_INODES);
+        return ok ? 0 : -ENOSPC;
+}
+
+static bool disk_ok(struct cage_service *svc)
+{
+        uint64_t avail, want;
+        return disk_room(svc, &avail, &want) == 0;
+}
+
+int svc_data_dir_room(struct cage_service *svc, struct cage_error *err)
+{
+        uint64_t avail = 0, want = 0;
+        int r = disk_room(svc, &avail, &want);
+        if (r == -ENOSPC)
+                return cage_fail_plain(err, r,
+                                       "the server's data_dir is full (%llu MiB free, it keeps "
+                                       "%llu MiB in reserve): no new workspace can be made; "
+                                       "try again later",
+                                       (unsigned long long)(avail >> 20),
+                                       (unsigned long long)(want >> 20));
+        return r < 0 ? cage_fail(err, r, "data_dir") : 0;
 }
 
 bool cage_service_ready(struct cage_service *svc, json_t **ret)

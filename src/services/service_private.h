@@ -127,6 +127,9 @@ void svc_call_end(struct svc_call *call, int r, const json_t *result);
 int svc_launch_acquire(struct cage_service *svc, const struct cage_service_io *io,
                        struct cage_error *err);
 void svc_launch_release(struct cage_service *svc);
+/* -ENOSPC (507) with a message when data_dir's filesystem is below its
+ * reserve (service_ops.c): a new workspace would fill it. */
+int svc_data_dir_room(struct cage_service *svc, struct cage_error *err);
 /* Calls running now, every tenant's. */
 unsigned svc_calls_in_flight(struct cage_service *svc);
 /* The per-tenant gauges in the text exposition format. */
@@ -219,7 +222,8 @@ int svc_fetch_url(struct cage_service *svc, const char *tenant, json_t *labels, 
 int svc_open_run_workspace(struct cage_box *box, struct cage_error *err);
 /* Keeps output/ of a one-shot run for the retention period, readable by
  * tenant only (tenancy.c). */
-void svc_keep_run_output(struct cage_service *svc, const char *tenant, int ws, const char *run_id);
+int svc_keep_run_output(struct cage_service *svc, const char *tenant, int ws, const char *run_id,
+                        struct cage_error *err);
 
 /* One-shot runs, shell and Python alike (oneshot.c): prepare parses the
  * spec (with the caller's extra fields), checks `files` and makes a run id;
