@@ -408,7 +408,10 @@ static enum MHD_Result begin(struct http_request *req, struct MHD_Connection *co
                 return respond_error(req, conn, 414, "the request target is too long", NULL);
         if (!guard_passes(req, conn))
                 return respond_error(req, conn, req->status, req->guard_message, NULL);
-        if (cage_service_draining(req->ctx->svc) && !metrics_route(req->raw_uri))
+        /* Draining: no new work; a host call's answer belongs to a running
+         * call, which may still finish. */
+        if (cage_service_draining(req->ctx->svc) && !metrics_route(req->raw_uri) &&
+            strncmp(req->raw_uri, "/v1/host_calls/", 15) != 0)
                 return respond_error(req, conn, 503,
                                      "the server is shutting down; send this request to another "
                                      "instance or try again when it is back",
