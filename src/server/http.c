@@ -383,6 +383,20 @@ static enum MHD_Result finish_mcp(struct http_request *req, struct MHD_Connectio
 
 /* ---- (end of MCP) ---------------------------------------------------------- */
 
+/* Unsafe debug builds serve every route on the metrics listener when
+ * CODECAGE_DEBUG_DISABLE names "metrics-routes", so the security suite can
+ * show that the route check is what keeps the API off that token-less
+ * listener; normal builds have no such switch. */
+static bool metrics_routes_off(void)
+{
+#ifdef CODECAGE_UNSAFE_DEBUG
+        const char *off = getenv("CODECAGE_DEBUG_DISABLE");
+        return off && strstr(off, "metrics-routes");
+#else
+        return false;
+#endif
+}
+
 /* What the unauthenticated metrics listener serves. */
 static bool metrics_route(const char *raw_uri)
 {
@@ -416,7 +430,7 @@ static enum MHD_Result begin(struct http_request *req, struct MHD_Connection *co
                                      "the server is shutting down; send this request to another "
                                      "instance or try again when it is back",
                                      NULL);
-        if (req->ctx->metrics_only && !metrics_route(req->raw_uri))
+        if (req->ctx->metrics_only && !metrics_route(req->raw_uri) && !metrics_routes_off())
                 return respond_error(req, conn, 404,
                                      "this listener (listen.metrics) serves /metrics, /healthz "
                                      "and /readyz only",

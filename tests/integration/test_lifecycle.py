@@ -23,6 +23,24 @@ ALICE = "alice-token-0123456789abcdef"
 CAROL = "carol-token-0123456789abcdef"
 
 
+@pytest.fixture(autouse=True)
+def no_server_left(monkeypatch):
+    """Every server a test starts is stopped (SIGKILL if need be) when it
+    ends, even when an assertion failed half-way."""
+    started = []
+    real_start = Server.start
+
+    def start(self):
+        started.append(self)
+        return real_start(self)
+    monkeypatch.setattr(Server, "start", start)
+    yield
+    for s in started:
+        if s.proc and s.proc.poll() is None:
+            s.proc.kill()
+            s.proc.wait()
+
+
 def metrics_get(port, path):
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     conn.request("GET", path)
