@@ -306,10 +306,12 @@ class Client:
         self.count += 1
         ops = [(self.oneshot_shell, 30), (self.oneshot_python, 30), (self.timeout, 3),
                (self.oom, 3)]
-        if self.session_budget.take():
-            ops.append((self.session_lifecycle, 60))
         fns, weights = zip(*ops)
-        fn = self.rng.choices(fns, weights)[0]
+        # A session lifecycle whenever the budget has one due, else a mix.
+        if self.rng.random() < 0.5 and self.session_budget.take():
+            fn = self.session_lifecycle
+        else:
+            fn = self.rng.choices(fns, weights)[0]
         try:
             fn()
             self.stats.add("ok", 1)
