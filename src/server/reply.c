@@ -19,21 +19,11 @@ static const struct {
         unsigned status;
         const char *code;
 } error_codes[] = {
-        {400, "invalid_request"},
-        {401, "unauthorized"},
-        {403, "forbidden"},
-        {404, "not_found"},
-        {405, "method_not_allowed"},
-        {409, "conflict"},
-        {413, "too_large"},
-        {414, "invalid_request"},
-        {415, "unsupported_media_type"},
-        {429, "too_many_requests"},
-        {431, "invalid_request"},
-        {502, "bad_gateway"},
-        {503, "unavailable"},
-        {504, "gateway_timeout"},
-        {507, "insufficient_storage"},
+        {400, "invalid_request"},   {401, "unauthorized"},       {403, "forbidden"},
+        {404, "not_found"},         {405, "method_not_allowed"}, {409, "conflict"},
+        {413, "too_large"},         {414, "invalid_request"},    {415, "unsupported_media_type"},
+        {429, "too_many_requests"}, {431, "invalid_request"},    {502, "bad_gateway"},
+        {503, "unavailable"},       {504, "gateway_timeout"},    {507, "insufficient_storage"},
 };
 
 const char *http_error_code(unsigned status)
