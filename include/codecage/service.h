@@ -20,6 +20,7 @@
  *            (also -ELOOP, -EXDEV: a link the file API will not follow)
  *   -E2BIG   too large (body, file, list)                 -> 413
  *   -ENOSPC  the workspace is full (disk_mib)             -> 507
+ *   -EUSERS  over a tenant quota, or the launch queue     -> 429
  *   anything else: codecage's own failure                 -> 500
  * cage_service_http_status() does that mapping.
  *
@@ -101,6 +102,30 @@ bool cage_service_audit_foreign(struct cage_service *svc, const char *tenant, co
  * refused (an operator route; sandbox: what it named, or NULL). */
 void cage_service_audit_forbidden(struct cage_service *svc, const char *tenant, const char *sandbox,
                                   const struct cage_service_peer *peer);
+
+/* Operations (docs/OPERATIONS.md). metrics: the Prometheus text exposition
+ * (format 0.0.4) of the whole service, malloc'ed. ready: whether the
+ * server can take work (accepting, store answers, cgroups usable, warm pool
+ * filled once, data_dir has room); *ret (may be NULL): {status, checks,
+ * reasons}. drain: from now on ready says "draining" (SIGTERM). */
+int cage_service_metrics(struct cage_service *svc, char **ret, size_t *ret_len);
+bool cage_service_ready(struct cage_service *svc, json_t **ret);
+void cage_service_drain(struct cage_service *svc);
+bool cage_service_draining(struct cage_service *svc);
+/* Calls (execs, Python calls, one-shot runs) running now. */
+unsigned cage_service_calls_in_flight(struct cage_service *svc);
+/* The metadata store answers (the watchdog's check). */
+bool cage_service_healthy(struct cage_service *svc);
+/* SIGHUP: cfg replaces the config from now on -- tokens, tenants, quotas,
+ * limits, defaults, secrets, network limits -- without touching a running
+ * sandbox or session. The caller keeps every config it passed (and the
+ * first) alive until cage_service_close(), and checks that keys which need
+ * a restart (data_dir, listen, pool, images, upstream_servers, audit_log)
+ * did not change. */
+int cage_service_reload(struct cage_service *svc, const struct cage_config *cfg,
+                        struct cage_error *err);
+/* Reopens the audit log at its path (log rotation). */
+int cage_service_reopen_audit(struct cage_service *svc, struct cage_error *err);
 
 /* -errno of a service call -> the HTTP status the API answers with. */
 int cage_service_http_status(int r);

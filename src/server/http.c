@@ -64,12 +64,18 @@
 #define HTTP_DISCARD_MAX     (64ULL * 1024 * 1024) /* past the limit, then close */
 #define HTTP_LOG_PATH_MAX    256 /* bytes of a path kept in logs and audit records */
 #define HTTP_METHOD_MAX      16  /* bytes kept of a method, with its NUL */
-#define DESCRIBE_MAX         (2 * 128 + 64)
+#define DESCRIBE_MAX         (3 * 128 + 96)
 
 struct cage_http_server {
         struct http_context ctx;
-        struct MHD_Daemon *daemons[2];
+        struct http_context metrics_ctx; /* listen.metrics */
+        struct MHD_Daemon *daemons[3];
+        bool api_daemon[3];  /* serves the API (not listen.metrics): quiesced on drain */
+        int quiesced_fds[3]; /* listening sockets given back by MHD_quiesce_daemon */
         size_t n_daemons;
+        _Atomic unsigned active;        /* see cage_http_active() */
+        struct cage_redactor **retired; /* redactors of earlier configs */
+        size_t n_retired;
         int shutdown_pipe[2];
         char *unix_path;      /* the socket we created, removed at stop */
         struct mcp_http *mcp; /* MCP: the /mcp endpoint (mcp_http.c) */
@@ -90,6 +96,7 @@ struct http_request {
         const char *guard_message; /* why the Host / Origin policy refused it */
         unsigned status;
         bool started, responded, too_large;
+        bool counted; /* in *ctx->active */
         struct http_match match;
         char *body;
         size_t body_len, body_cap;
@@ -289,7 +296,8 @@ static enum MHD_Result check_headers(struct http_request *req, struct MHD_Connec
         uint64_t max = ctx->cfg->limits.max_body_bytes;
 
         const struct cage_tenant *t = NULL;
-        if (!cage_config_auth_required(ctx->cfg) || (req->match.flags & ROUTE_PUBLIC)) {
+        if (!cage_config_auth_required(ctx->cfg) || (req->match.flags & ROUTE_PUBLIC) ||
+            ctx->metrics_only) {
                 snprintf(req->tenant, sizeof(req->tenant), "%s", CAGE_SERVICE_DEFAULT_TENANT);
         } else {
                 t = authenticate(ctx, conn);
@@ -330,7 +338,8 @@ static bool guard_passes(struct http_request *req, struct MHD_Connection *conn)
         size_t path_len = strcspn(req->raw_uri, "?#");
         struct http_guard_request rq = {
                 .unix_socket = req->unix_socket,
-                .health = path_len == 8 && strncmp(req->raw_uri, "/healthz", 8) == 0,
+                .health = path_len == 8 && (strncmp(req->raw_uri, "/healthz", 8) == 0 ||
+                                            strncmp(req->raw_uri, "/readyz", 7) == 0),
                 .host = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST),
                 .origin = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin"),
         };
@@ -374,6 +383,31 @@ static enum MHD_Result finish_mcp(struct http_request *req, struct MHD_Connectio
 
 /* ---- (end of MCP) ---------------------------------------------------------- */
 
+/* Unsafe debug builds serve every route on the metrics listener when
+ * CODECAGE_DEBUG_DISABLE names "metrics-routes", so the security suite can
+ * show that the route check is what keeps the API off that token-less
+ * listener; normal builds have no such switch. */
+static bool metrics_routes_off(void)
+{
+#ifdef CODECAGE_UNSAFE_DEBUG
+        const char *off = getenv("CODECAGE_DEBUG_DISABLE");
+        return off && strstr(off, "metrics-routes");
+#else
+        return false;
+#endif
+}
+
+/* What the unauthenticated metrics listener serves. */
+static bool metrics_route(const char *raw_uri)
+{
+        size_t n = strcspn(raw_uri, "?#");
+        static const char *const paths[] = {"/metrics", "/healthz", "/readyz"};
+        for (size_t i = 0; i < 3; i++)
+                if (n == strlen(paths[i]) && strncmp(raw_uri, paths[i], n) == 0)
+                        return true;
+        return false;
+}
+
 static enum MHD_Result begin(struct http_request *req, struct MHD_Connection *conn,
                              const char *method)
 {
@@ -388,6 +422,24 @@ static enum MHD_Result begin(struct http_request *req, struct MHD_Connection *co
                 return respond_error(req, conn, 414, "the request target is too long", NULL);
         if (!guard_passes(req, conn))
                 return respond_error(req, conn, req->status, req->guard_message, NULL);
+        /* Draining: no new work; a host call's answer belongs to a running
+         * call, which may still finish. */
+        if (cage_service_draining(req->ctx->svc) && !metrics_route(req->raw_uri) &&
+            strncmp(req->raw_uri, "/v1/host_calls/", 15) != 0)
+                return respond_error(req, conn, 503,
+                                     "the server is shutting down; send this request to another "
+                                     "instance or try again when it is back",
+                                     NULL);
+        if (req->ctx->metrics_only && !metrics_route(req->raw_uri) && !metrics_routes_off())
+                return respond_error(req, conn, 404,
+                                     "this listener (listen.metrics) serves /metrics, /healthz "
+                                     "and /readyz only",
+                                     NULL);
+        if (!metrics_route(req->raw_uri) &&
+            !(mcp_http_is_endpoint(req->raw_uri) && strcmp(method, "GET") == 0)) {
+                req->counted = true;
+                atomic_fetch_add(req->ctx->active, 1);
+        }
         if (mcp_http_is_endpoint(req->raw_uri)) /* MCP */
                 return begin_mcp(req, conn, method);
         char *q = strchr(req->raw_uri, '?');
@@ -542,6 +594,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         sse_stream_finish(req->stream);
         mcp_http_request_done(req->mcp_req); /* MCP */
         log_request(req, toe);
+        if (req->counted)
+                atomic_fetch_sub(req->ctx->active, 1);
         http_match_clear(&req->match);
         free(req->body);
         free(req->raw_uri);
@@ -550,20 +604,22 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 
 /* ---- listeners ------------------------------------------------------------ */
 
-static int open_tcp(const struct cage_config *cfg, int *ret, struct cage_error *err)
+/* A TCP listener on addr; key names it in messages ("listen.http"). */
+static int open_tcp(const struct sockaddr_storage *addr, socklen_t addr_len, const char *key,
+                    const char *text, int *ret, struct cage_error *err)
 {
-        int family = cfg->http_addr.ss_family, one = 1;
+        int family = addr->ss_family, one = 1;
         _cleanup_close_ int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (fd < 0)
-                return cage_fail(err, -errno, "listen.http: socket");
+                return cage_fail(err, -errno, "%s: socket", key);
         if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
             (family == AF_INET6 &&
              setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one)) < 0))
-                return cage_fail(err, -errno, "listen.http: setsockopt");
-        if (bind(fd, (const struct sockaddr *)&cfg->http_addr, cfg->http_addr_len) < 0)
-                return cage_fail(err, -errno, "listen.http: cannot bind %s", cfg->listen_http);
+                return cage_fail(err, -errno, "%s: setsockopt", key);
+        if (bind(fd, (const struct sockaddr *)addr, addr_len) < 0)
+                return cage_fail(err, -errno, "%s: cannot bind %s", key, text);
         if (listen(fd, 128) < 0)
-                return cage_fail(err, -errno, "listen.http: listen");
+                return cage_fail(err, -errno, "%s: listen", key);
         *ret = TAKE_FD(fd);
         return 0;
 }
@@ -645,26 +701,29 @@ static int open_unix(const char *path, int *ret, struct cage_error *err)
         return 0;
 }
 
-static int start_daemon(struct cage_http_server *srv, int fd, struct cage_error *err)
+static int start_daemon(struct cage_http_server *srv, struct http_context *ctx, int fd,
+                        struct cage_error *err)
 {
         unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
-                         MHD_USE_POLL | MHD_USE_ERROR_LOG;
+                         MHD_USE_POLL | MHD_USE_ERROR_LOG | MHD_USE_ITC; /* ITC: quiesce */
         struct MHD_Daemon *d = MHD_start_daemon(
-                flags, 0, NULL, NULL, on_request, &srv->ctx, MHD_OPTION_EXTERNAL_LOGGER, mhd_logger,
-                NULL, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_LIMIT,
+                flags, 0, NULL, NULL, on_request, ctx, MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL,
+                MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_LIMIT,
                 (unsigned)HTTP_CONNECTIONS_MAX, MHD_OPTION_CONNECTION_TIMEOUT,
                 (unsigned)HTTP_IDLE_TIMEOUT_S, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-                (size_t)HTTP_HEADERS_MAX, MHD_OPTION_URI_LOG_CALLBACK, on_uri, &srv->ctx,
-                MHD_OPTION_NOTIFY_COMPLETED, on_completed, &srv->ctx, MHD_OPTION_END);
+                (size_t)HTTP_HEADERS_MAX, MHD_OPTION_URI_LOG_CALLBACK, on_uri, ctx,
+                MHD_OPTION_NOTIFY_COMPLETED, on_completed, ctx, MHD_OPTION_END);
         if (!d) {
                 close(fd);
                 return cage_fail(err, -EIO, "cannot start the HTTP daemon");
         }
+        srv->api_daemon[srv->n_daemons] = !ctx->metrics_only;
+        srv->quiesced_fds[srv->n_daemons] = -1;
         srv->daemons[srv->n_daemons++] = d;
         return 0;
 }
 
-static void describe_tcp(struct cage_http_server *srv, int fd)
+static void describe_tcp(struct cage_http_server *srv, int fd, const char *prefix)
 {
         struct sockaddr_storage ss;
         socklen_t len = sizeof(ss);
@@ -682,8 +741,9 @@ static void describe_tcp(struct cage_http_server *srv, int fd)
                 }
         }
         bool v6 = ss.ss_family == AF_INET6;
-        snprintf(srv->describe, sizeof(srv->describe), "http://%s%s%s:%u", v6 ? "[" : "", host,
-                 v6 ? "]" : "", port);
+        size_t n = strlen(srv->describe);
+        snprintf(srv->describe + n, sizeof(srv->describe) - n, "%shttp://%s%s%s:%u", prefix,
+                 v6 ? "[" : "", host, v6 ? "]" : "", port);
 }
 
 static int start_listeners(struct cage_http_server *srv, struct cage_error *err)
@@ -691,10 +751,11 @@ static int start_listeners(struct cage_http_server *srv, struct cage_error *err)
         const struct cage_config *cfg = srv->ctx.cfg;
         int fd = -1, r;
         if (cfg->listen_http) {
-                if ((r = open_tcp(cfg, &fd, err)) < 0)
+                if ((r = open_tcp(&cfg->http_addr, cfg->http_addr_len, "listen.http",
+                                  cfg->listen_http, &fd, err)) < 0)
                         return r;
-                describe_tcp(srv, fd);
-                if ((r = start_daemon(srv, fd, err)) < 0)
+                describe_tcp(srv, fd, "");
+                if ((r = start_daemon(srv, &srv->ctx, fd, err)) < 0)
                         return r;
         }
         if (cfg->listen_unix) {
@@ -709,7 +770,15 @@ static int start_listeners(struct cage_http_server *srv, struct cage_error *err)
                 size_t n = strlen(srv->describe);
                 snprintf(srv->describe + n, sizeof(srv->describe) - n, "%sunix:%s",
                          n ? " and " : "", cfg->listen_unix);
-                if ((r = start_daemon(srv, fd, err)) < 0)
+                if ((r = start_daemon(srv, &srv->ctx, fd, err)) < 0)
+                        return r;
+        }
+        if (cfg->listen_metrics) {
+                if ((r = open_tcp(&cfg->metrics_addr, cfg->metrics_addr_len, "listen.metrics",
+                                  cfg->listen_metrics, &fd, err)) < 0)
+                        return r;
+                describe_tcp(srv, fd, " and metrics on ");
+                if ((r = start_daemon(srv, &srv->metrics_ctx, fd, err)) < 0)
                         return r;
         }
         return 0;
@@ -734,9 +803,15 @@ int cage_http_start(const struct cage_config *cfg, struct cage_service *svc,
         if (pipe2(srv->shutdown_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
                 return cage_fail(err, -errno, "http server: pipe");
         srv->ctx.shutdown_fd = srv->shutdown_pipe[0];
-        int r = cage_config_redactor(cfg, &srv->ctx.redactor, err);
+        srv->ctx.active = &srv->active;
+        struct cage_redactor *red = NULL;
+        int r = cage_config_redactor(cfg, &red, err);
         if (r < 0)
                 return r;
+        srv->ctx.redactor = red;
+        srv->metrics_ctx = srv->ctx; /* the redactor is the server's: not released twice */
+        srv->metrics_ctx.metrics_only = true;
+        http_guard_init(&srv->metrics_ctx.guard, cfg->listen_metrics, true);
         if ((r = mcp_http_new(cfg, svc, srv->ctx.shutdown_fd, &srv->mcp, err)) < 0) /* MCP */
                 return r;
         if ((r = start_listeners(srv, err)) < 0)
@@ -759,14 +834,66 @@ static void remove_socket(const char *path)
                 unlink(path);
 }
 
+void cage_http_quiesce(struct cage_http_server *srv)
+{
+        for (size_t i = 0; i < srv->n_daemons; i++) {
+                if (!srv->api_daemon[i] || srv->quiesced_fds[i] >= 0)
+                        continue;
+                /* MHD no longer accepts; the socket is ours but must stay
+                 * open until MHD_stop_daemon. shutdown() makes the kernel
+                 * refuse new connections instead of queueing them. */
+                int fd = MHD_quiesce_daemon(srv->daemons[i]);
+                srv->quiesced_fds[i] = fd;
+                if (fd >= 0)
+                        shutdown(fd, SHUT_RDWR);
+        }
+        remove_socket(srv->unix_path);
+}
+
+unsigned cage_http_active(struct cage_http_server *srv)
+{
+        return atomic_load(&srv->active);
+}
+
+void cage_http_cancel(struct cage_http_server *srv)
+{
+        if (srv->shutdown_pipe[1] >= 0)
+                (void)!write(srv->shutdown_pipe[1], "x", 1);
+}
+
+int cage_http_reload(struct cage_http_server *srv, const struct cage_config *cfg,
+                     struct cage_error *err)
+{
+        struct cage_redactor *red = NULL;
+        int r = cage_config_redactor(cfg, &red, err);
+        if (r < 0)
+                return r;
+        struct cage_redactor **more =
+                reallocarray(srv->retired, srv->n_retired + 1, sizeof(*srv->retired));
+        if (!more) {
+                cage_redactor_unref(red);
+                return cage_fail(err, -ENOMEM, "reload");
+        }
+        srv->retired = more;
+        /* A live stream may hold the old one (it takes its own reference). */
+        srv->retired[srv->n_retired++] = atomic_exchange(&srv->ctx.redactor, red);
+        srv->metrics_ctx.redactor = red;
+        srv->ctx.cfg = cfg;
+        srv->metrics_ctx.cfg = cfg;
+        return 0;
+}
+
 struct cage_http_server *cage_http_stop(struct cage_http_server *srv)
 {
         if (!srv)
                 return NULL;
         if (srv->shutdown_pipe[1] >= 0)
                 (void)!write(srv->shutdown_pipe[1], "x", 1);
-        for (size_t i = 0; i < srv->n_daemons; i++)
+        for (size_t i = 0; i < srv->n_daemons; i++) {
                 MHD_stop_daemon(srv->daemons[i]);
+                if (srv->quiesced_fds[i] >= 0)
+                        close(srv->quiesced_fds[i]);
+        }
         mcp_http_free(srv->mcp); /* MCP: after every connection is gone */
         remove_socket(srv->unix_path);
         free(srv->unix_path);
@@ -774,6 +901,9 @@ struct cage_http_server *cage_http_stop(struct cage_http_server *srv)
                 if (srv->shutdown_pipe[i] >= 0)
                         close(srv->shutdown_pipe[i]);
         cage_redactor_unref(srv->ctx.redactor);
+        for (size_t i = 0; i < srv->n_retired; i++)
+                cage_redactor_unref(srv->retired[i]);
+        free(srv->retired);
         free(srv);
         return NULL;
 }

@@ -11,6 +11,7 @@
  *   api_sandbox.c   sandbox, exec and run handlers
  *   api_files.c     workspace files and run artifacts handlers
  *   api_python.c    Python runs, session variables, the pool, host-call answers
+ *   api_ops.c       /metrics and /readyz
  *   host_calls.c    host calls of Python runs waiting for a client's answer
  *   sse.c           exec/run/Python output (and host calls) as Server-Sent Events;
  *                   the streaming response of every event queue
@@ -20,6 +21,7 @@
 #define CODECAGE_SERVER_HTTP_H
 
 #include <jansson.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -37,6 +39,22 @@ int cage_http_start(const struct cage_config *cfg, struct cage_service *svc,
                     struct cage_http_server **ret, struct cage_error *err);
 /* "http://127.0.0.1:8080 and unix:/path" (the bound addresses). */
 const char *cage_http_describe(const struct cage_http_server *srv);
+/* Draining (SIGTERM): stops accepting connections on the API's listeners
+ * (the Unix socket's file is removed; the metrics listener stays) and
+ * answers new requests on open connections with 503, but /healthz,
+ * /readyz and /metrics. Running calls go on. */
+void cage_http_quiesce(struct cage_http_server *srv);
+/* Requests doing work now: every request but health, readiness, metrics
+ * and MCP's listening streams, from its headers until its response is
+ * sent. */
+unsigned cage_http_active(struct cage_http_server *srv);
+/* Cancels every running call (they end "cancelled" and their responses are
+ * sent); cage_http_stop does it too, without waiting for the responses. */
+void cage_http_cancel(struct cage_http_server *srv);
+/* SIGHUP: cfg from now on (tokens, tenants, limits); its listeners must be
+ * the running ones. cfg must outlive the server. */
+int cage_http_reload(struct cage_http_server *srv, const struct cage_config *cfg,
+                     struct cage_error *err);
 /* Cancels running execs, stops the listeners, waits for every connection,
  * removes the Unix socket. Accepts NULL. */
 struct cage_http_server *cage_http_stop(struct cage_http_server *srv);
@@ -54,6 +72,7 @@ struct cage_redactor;
 #define HTTP_IDLE_TIMEOUT_S 60     /* idle connections are closed */
 #define HTTP_HOST_MAX       255    /* a host name in Host / Origin */
 #define HTTP_REMOTE_MAX     64     /* "[v6]:port", "unix:uid=N" */
+#define HTTP_RETRY_AFTER_S  "1"    /* Retry-After of a 429 (over a quota) */
 
 /* http_guard.c: the Host / Origin policy (DNS rebinding). */
 struct http_guard {
@@ -64,7 +83,7 @@ struct http_guard {
 /* What the policy looks at in one request; NULL for an absent header. */
 struct http_guard_request {
         bool unix_socket; /* it came over the Unix socket */
-        bool health;      /* GET /healthz */
+        bool health;      /* GET /healthz or /readyz */
         const char *host, *origin;
 };
 void http_guard_init(struct http_guard *g, const char *listen_http, bool loopback);
@@ -75,13 +94,16 @@ unsigned http_guard_check(const struct http_guard *g, const struct http_guard_re
 /* The host of "host[:port]" or "[v6]:port"; false when malformed. */
 bool http_host_part(const char *hostport, char out[HTTP_HOST_MAX + 1]);
 
-/* What every request handler may reach; read-only after start. */
+/* What every request handler may reach; read-only after start but for cfg
+ * and redactor, which a reload swaps (every earlier one stays alive). */
 struct http_context {
-        const struct cage_config *cfg;
+        const struct cage_config *_Atomic cfg;
         struct cage_service *svc;
-        struct cage_redactor *redactor; /* secrets + tokens, for live output */
-        int shutdown_fd;                /* readable once the server is stopping */
+        struct cage_redactor *_Atomic redactor; /* secrets + tokens, for live output */
+        int shutdown_fd;                        /* readable once the server is stopping */
         struct http_guard guard;
+        bool metrics_only;        /* listen.metrics: /metrics, /healthz, /readyz, no token */
+        _Atomic unsigned *active; /* requests doing work now (drain waits for them) */
 };
 
 /* One decoded request, as the route handlers see it. */
@@ -167,6 +189,9 @@ int http_queue_reply(struct MHD_Connection *conn, struct http_reply *reply);
 
 /* api_sandbox.c / api_files.c: handlers named in the route table. */
 int api_healthz(struct http_call *c, struct http_reply *r, struct cage_error *err);
+/* api_ops.c */
+int api_readyz(struct http_call *c, struct http_reply *r, struct cage_error *err);
+int api_metrics(struct http_call *c, struct http_reply *r, struct cage_error *err);
 int api_openapi(struct http_call *c, struct http_reply *r, struct cage_error *err);
 int api_sandbox_create(struct http_call *c, struct http_reply *r, struct cage_error *err);
 int api_sandbox_list(struct http_call *c, struct http_reply *r, struct cage_error *err);

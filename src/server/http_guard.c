@@ -11,8 +11,8 @@
  *    no legitimate browser request comes from elsewhere.
  *  - TCP on a loopback address (where no token may be needed): `Host`,
  *    when present, must name one of those hosts too, so a page whose name
- *    was rebound to 127.0.0.1 cannot reach the API. /healthz is exempt
- *    from this one check, so health checkers may address the server by any
+ *    was rebound to 127.0.0.1 cannot reach the API. /healthz and /readyz are
+ *    exempt from this one check, so health checkers may address the server by any
  *    name: it runs nothing and tells only that the server is up and its
  *    version.
  *  - A listener beyond loopback requires bearer tokens (config.c), which a

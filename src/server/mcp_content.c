@@ -85,6 +85,9 @@ static const struct {
          "Ask for less: a smaller file, or read a part of it with run_shell (head, tail, grep)."},
         {-ENOSPC, "workspace full",
          "Delete files in the sandbox or create one with a larger disk_mib."},
+        {-EUSERS, "over a quota",
+         "Wait until one of your running calls ends (or stop a sandbox you do not need), then "
+         "call again."},
 };
 
 json_t *mcp_result_service_error(const char *tool, int r, const struct cage_error *err)

@@ -19,19 +19,11 @@ static const struct {
         unsigned status;
         const char *code;
 } error_codes[] = {
-        {400, "invalid_request"},
-        {401, "unauthorized"},
-        {403, "forbidden"},
-        {404, "not_found"},
-        {405, "method_not_allowed"},
-        {409, "conflict"},
-        {413, "too_large"},
-        {414, "invalid_request"},
-        {415, "unsupported_media_type"},
-        {431, "invalid_request"},
-        {502, "bad_gateway"},
-        {504, "gateway_timeout"},
-        {507, "insufficient_storage"},
+        {400, "invalid_request"},   {401, "unauthorized"},       {403, "forbidden"},
+        {404, "not_found"},         {405, "method_not_allowed"}, {409, "conflict"},
+        {413, "too_large"},         {414, "invalid_request"},    {415, "unsupported_media_type"},
+        {429, "too_many_requests"}, {431, "invalid_request"},    {502, "bad_gateway"},
+        {503, "unavailable"},       {504, "gateway_timeout"},    {507, "insufficient_storage"},
 };
 
 const char *http_error_code(unsigned status)
@@ -144,6 +136,8 @@ int http_queue_error(struct MHD_Connection *conn, unsigned status, const char *m
         if (auth_challenge)
                 MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
                                         "Bearer realm=\"codecage\"");
+        if (status == 429) /* a quota or the launch queue: calls end in seconds */
+                MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, HTTP_RETRY_AFTER_S);
         enum MHD_Result r = MHD_queue_response(conn, status, resp);
         MHD_destroy_response(resp);
         return r;

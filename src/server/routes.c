@@ -31,6 +31,8 @@ struct route {
 
 static const struct route routes[] = {
         {"GET", "/healthz", api_healthz, ROUTE_PUBLIC},
+        {"GET", "/readyz", api_readyz, ROUTE_PUBLIC},
+        {"GET", "/metrics", api_metrics, ROUTE_OPERATOR}, /* every tenant's numbers */
         {"GET", "/v1/openapi.json", api_openapi, ROUTE_PUBLIC},
         {"POST", "/v1/sandboxes", api_sandbox_create, ROUTE_JSON_BODY},
         {"GET", "/v1/sandboxes", api_sandbox_list, 0},

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,7 @@
 #include <unistd.h>
 
 #include "redact.h"
+#include "services/metrics.h"
 #include "util/cleanup.h"
 #include "util/error.h"
 #include "util/fdutil.h"
@@ -28,7 +30,7 @@ struct cage_audit {
         pthread_mutex_t lock; /* guards fd and the write */
         int fd;
         char *path;
-        struct cage_redactor *redactor;
+        struct cage_redactor *_Atomic redactor; /* swapped on reload; callers keep old ones */
 };
 
 static const char *const event_names[CAGE_AUDIT_EVENT_COUNT] = {
@@ -137,6 +139,12 @@ int cage_audit_open(const char *path, struct cage_redactor *redactor, struct cag
         a->redactor = cage_redactor_ref(redactor);
         *ret = TAKE_PTR(a);
         return 0;
+}
+
+void cage_audit_set_redactor(struct cage_audit *a, struct cage_redactor *redactor)
+{
+        struct cage_redactor *old = atomic_exchange(&a->redactor, cage_redactor_ref(redactor));
+        cage_redactor_unref(old);
 }
 
 int cage_audit_reopen(struct cage_audit *a, struct cage_error *err)
@@ -376,7 +384,9 @@ int cage_audit_record(struct cage_audit *a, enum cage_audit_event event, const c
         pthread_mutex_lock(&a->lock);
         int r = write_all(a->fd, line, len);
         pthread_mutex_unlock(&a->lock);
-        if (r < 0)
+        if (r < 0) {
+                cage_metrics_audit_error();
                 return cage_fail(err, r, "audit %s: writing \"%s\"", name, a->path);
+        }
         return 0;
 }

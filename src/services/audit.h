@@ -77,6 +77,9 @@ int cage_audit_record(struct cage_audit *audit, enum cage_audit_event event, con
 
 /* Reopens the path (after a log rotation moved the file away). */
 int cage_audit_reopen(struct cage_audit *audit, struct cage_error *err);
+/* Redacts with `redactor` from now on (a config reload). The caller keeps
+ * a reference to the previous one until no record can be using it. */
+void cage_audit_set_redactor(struct cage_audit *audit, struct cage_redactor *redactor);
 
 /* Closes the file and drops the redactor reference. Accepts NULL. */
 struct cage_audit *cage_audit_close(struct cage_audit *audit);

@@ -42,6 +42,7 @@
 #define FIELD_MAX     192
 #define HTTP_ADDR_MAX 64
 #define RETENTION_MAX (365ULL * 24 * 3600)
+#define DRAIN_MAX     3600 /* drain_timeout_s */
 #define SUN_PATH_MAX  (sizeof(((struct sockaddr_un *)0)->sun_path) - 1)
 
 static void config_freep(struct cage_config **p)
@@ -244,6 +245,7 @@ static const struct num_field limit_fields[] = {
         LIMIT(output_max_bytes_max, NUM_U64, 0, SPEC_OUTPUT_MAX_MAX),
         LIMIT(max_body_bytes, NUM_U64, 16 * MIB, 1 * GIB),
         LIMIT(max_sandboxes_per_tenant, NUM_U32, 0, 65536),
+        LIMIT(launches_max, NUM_U32, 1, 1024),
 };
 
 /* Each request default and the limit that bounds it; its own range is
@@ -367,6 +369,7 @@ static int parse_limits(json_t *root, struct cage_config_limits *l, struct cage_
                 .output_max_bytes_max = 16 * MIB,
                 .max_body_bytes = 16 * MIB,
                 .max_sandboxes_per_tenant = 64,
+                .launches_max = 2 * host_cpus() < 4 ? 4 : 2 * host_cpus(),
         };
         json_t *obj = NULL;
         int r = config_get_object(root, "", "limits", &obj, err);
@@ -602,8 +605,8 @@ static int load_tenant(json_t *entry, size_t i, struct cage_tenant *ret, struct 
                 return cage_fail(err, -EINVAL,
                                  "%s: must be an object {\"name\", \"token\" or \"token_file\"}",
                                  where);
-        static const char *const keys[] = {"name",     "token",   "token_file",
-                                           "operator", "secrets", NULL};
+        static const char *const keys[] = {"name",    "token",  "token_file", "operator",
+                                           "secrets", "quotas", NULL};
         int r = config_check_keys(entry, where, keys, err);
         if (r < 0)
                 return r;
@@ -1058,8 +1061,10 @@ static bool addr_is_loopback(const struct sockaddr_storage *ss)
         return IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127;
 }
 
-/* "IPV4:PORT", "[IPV6]:PORT" or "localhost:PORT" (= 127.0.0.1). */
-static int parse_http_addr(const char *s, struct cage_config *cfg, struct cage_error *err)
+/* "IPV4:PORT", "[IPV6]:PORT" or "localhost:PORT" (= 127.0.0.1) into ss;
+ * field names the key in the message. */
+static int parse_addr(const char *s, const char *field, struct sockaddr_storage *ss,
+                      socklen_t *ss_len, struct cage_error *err)
 {
         char host[HTTP_ADDR_MAX + 1];
         const char *port;
@@ -1082,29 +1087,53 @@ static int parse_http_addr(const char *s, struct cage_config *cfg, struct cage_e
                 goto bad;
         if (!v6 && strcmp(host, "localhost") == 0)
                 snprintf(host, sizeof(host), "127.0.0.1");
-        memset(&cfg->http_addr, 0, sizeof(cfg->http_addr));
+        memset(ss, 0, sizeof(*ss));
         if (v6) {
-                struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&cfg->http_addr;
+                struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
                 if (inet_pton(AF_INET6, host, &in6->sin6_addr) != 1)
                         goto bad;
                 in6->sin6_family = AF_INET6;
                 in6->sin6_port = htons((uint16_t)atoi(port));
-                cfg->http_addr_len = sizeof(*in6);
+                *ss_len = sizeof(*in6);
         } else {
-                struct sockaddr_in *in = (struct sockaddr_in *)&cfg->http_addr;
+                struct sockaddr_in *in = (struct sockaddr_in *)ss;
                 if (inet_pton(AF_INET, host, &in->sin_addr) != 1)
                         goto bad;
                 in->sin_family = AF_INET;
                 in->sin_port = htons((uint16_t)atoi(port));
-                cfg->http_addr_len = sizeof(*in);
+                *ss_len = sizeof(*in);
         }
-        cfg->http_loopback = addr_is_loopback(&cfg->http_addr);
         return 0;
 bad:
         return cage_fail(err, -EINVAL,
-                         "listen.http: \"%s\" must be IPV4:PORT, [IPV6]:PORT or localhost:PORT "
+                         "%s: \"%s\" must be IPV4:PORT, [IPV6]:PORT or localhost:PORT "
                          "(port 0..65535)",
-                         s);
+                         field, s);
+}
+
+static int parse_http_addr(const char *s, struct cage_config *cfg, struct cage_error *err)
+{
+        int r = parse_addr(s, "listen.http", &cfg->http_addr, &cfg->http_addr_len, err);
+        if (r == 0)
+                cfg->http_loopback = addr_is_loopback(&cfg->http_addr);
+        return r;
+}
+
+/* listen.metrics: unauthenticated, so loopback only. */
+static int parse_metrics_addr(const char *s, struct cage_config *cfg, struct cage_error *err)
+{
+        int r = parse_addr(s, "listen.metrics", &cfg->metrics_addr, &cfg->metrics_addr_len, err);
+        if (r < 0)
+                return r;
+        if (!addr_is_loopback(&cfg->metrics_addr))
+                return cage_fail(err, -EINVAL,
+                                 "listen.metrics: \"%s\" is not a loopback address; the metrics "
+                                 "listener asks for no token, so it may only listen on "
+                                 "127.0.0.0/8 or [::1] (scrape /metrics of listen.http with an "
+                                 "operator's token from elsewhere)",
+                                 s);
+        return strdup_to(&cfg->listen_metrics, s) < 0 ? cage_fail(err, -ENOMEM, "listen.metrics")
+                                                      : 0;
 }
 
 /* A listen member: a string, or null for "off". 0 absent, 1 set/null. */
@@ -1129,9 +1158,13 @@ static int parse_listen(json_t *root, struct cage_config *cfg, struct cage_error
         if (r < 0)
                 return r;
         if (obj) {
-                static const char *const keys[] = {"http", "unix", NULL};
+                static const char *const keys[] = {"http", "unix", "metrics", NULL};
+                const char *metrics = NULL;
                 if ((r = config_check_keys(obj, "listen", keys, err)) < 0 ||
-                    (r = get_listen_member(obj, "http", HTTP_ADDR_MAX, &http, err)) < 0)
+                    (r = get_listen_member(obj, "http", HTTP_ADDR_MAX, &http, err)) < 0 ||
+                    (r = get_listen_member(obj, "metrics", HTTP_ADDR_MAX, &metrics, err)) < 0)
+                        return r;
+                if (metrics && (r = parse_metrics_addr(metrics, cfg, err)) < 0)
                         return r;
                 if ((r = get_listen_member(obj, "unix", CAGE_CONFIG_PATH_MAX, &unix_path, err)) < 0)
                         return r;
@@ -1198,6 +1231,60 @@ static int parse_scalars(json_t *root, struct cage_config *cfg, struct cage_erro
         if (r < 0)
                 return r;
         cfg->pool_size = r ? (uint32_t)v : 2;
+        r = config_get_number(root, "", "drain_timeout_s", NUM_U64, 0, DRAIN_MAX, &v, err);
+        if (r < 0)
+                return r;
+        cfg->drain_timeout_s = r ? (uint64_t)v : 30;
+        return 0;
+}
+
+/* ---- quotas ------------------------------------------------------------ */
+
+/* obj (`quotas` or `tenants[i].quotas`) over *q: what it sets replaces. */
+static int parse_quota_object(json_t *obj, const char *where, struct cage_quotas *q,
+                              struct cage_error *err)
+{
+        static const char *const keys[] = {"sandboxes_running", "runs", "sessions", "memory_mib",
+                                           NULL};
+        int r = config_check_keys(obj, where, keys, err);
+        double v;
+        for (size_t i = 0; r >= 0 && keys[i]; i++) {
+                bool mem = i == 3;
+                r = config_get_number(obj, where, keys[i], mem ? NUM_U64 : NUM_U32, 0,
+                                      mem ? SPEC_MEMORY_MAX / MIB : 65536, &v, err);
+                if (r <= 0)
+                        continue;
+                if (i == 0)
+                        q->sandboxes_running = (uint32_t)v;
+                else if (i == 1)
+                        q->runs = (uint32_t)v;
+                else if (i == 2)
+                        q->sessions = (uint32_t)v;
+                else
+                        q->memory_mib = (uint64_t)v;
+        }
+        return r < 0 ? r : 0;
+}
+
+/* `quotas`, then every tenant's own on top of it. */
+static int parse_quotas(json_t *root, struct cage_config *cfg, struct cage_error *err)
+{
+        json_t *obj = NULL;
+        int r = config_get_object(root, "", "quotas", &obj, err);
+        if (r < 0 || (obj && (r = parse_quota_object(obj, "quotas", &cfg->quotas, err)) < 0))
+                return r;
+        json_t *arr = json_object_get(root, "tenants");
+        for (size_t i = 0; i < cfg->n_tenants; i++) {
+                char where[FIELD_MAX];
+                snprintf(where, sizeof(where), "tenants[%zu]", i);
+                cfg->tenants[i].quotas = cfg->quotas;
+                json_t *own = NULL;
+                r = config_get_object(json_array_get(arr, i), where, "quotas", &own, err);
+                snprintf(where, sizeof(where), "tenants[%zu].quotas", i);
+                if (r < 0 ||
+                    (own && (r = parse_quota_object(own, where, &cfg->tenants[i].quotas, err)) < 0))
+                        return r;
+        }
         return 0;
 }
 
@@ -1229,12 +1316,27 @@ static int parse_paths(json_t *root, struct cage_config *cfg, struct cage_error 
 /* root may be NULL: the defaults. */
 static int config_from_json(json_t *root, struct cage_config **ret, struct cage_error *err)
 {
-        static const char *const keys[] = {
-                "data_dir",         "listen",         "limits",    "defaults",
-                "env_allowlist",    "secrets",        "tenants",   "mounts_allowed",
-                "retention_s",      "idle_timeout_s", "audit_log", "pool_size",
-                "upstream_servers", "network",        "pip",       "fetch",
-                "images",           "pool",           NULL};
+        static const char *const keys[] = {"data_dir",
+                                           "listen",
+                                           "limits",
+                                           "defaults",
+                                           "env_allowlist",
+                                           "secrets",
+                                           "tenants",
+                                           "mounts_allowed",
+                                           "retention_s",
+                                           "idle_timeout_s",
+                                           "audit_log",
+                                           "pool_size",
+                                           "upstream_servers",
+                                           "network",
+                                           "pip",
+                                           "fetch",
+                                           "images",
+                                           "pool",
+                                           "quotas",
+                                           "drain_timeout_s",
+                                           NULL};
         json_auto_t *empty = NULL;
         int r;
         if (!root) {
@@ -1260,7 +1362,7 @@ static int config_from_json(json_t *root, struct cage_config **ret, struct cage_
             (r = config_parse_network(root, cfg, err)) < 0 ||
             (r = cage_images_config_parse(json_object_get(root, "images"), &cfg->images, err)) <
                     0 ||
-            (r = parse_pool(root, cfg, err)) < 0)
+            (r = parse_pool(root, cfg, err)) < 0 || (r = parse_quotas(root, cfg, err)) < 0)
                 return r;
         *ret = TAKE_PTR(cfg);
         return 0;
@@ -1357,6 +1459,7 @@ struct cage_config *cage_config_free(struct cage_config *cfg)
         free(cfg->data_dir);
         free(cfg->listen_http);
         free(cfg->listen_unix);
+        free(cfg->listen_metrics);
         free(cfg->audit_log);
         free(cfg);
         return NULL;
@@ -1404,6 +1507,12 @@ const struct cage_tenant *cage_config_tenant(const struct cage_config *cfg, cons
                 if (strcmp(cfg->tenants[i].name, name) == 0)
                         return &cfg->tenants[i];
         return NULL;
+}
+
+const struct cage_quotas *cage_config_quotas(const struct cage_config *cfg, const char *name)
+{
+        const struct cage_tenant *t = cage_config_tenant(cfg, name);
+        return t ? &t->quotas : &cfg->quotas;
 }
 
 int cage_config_secret(const struct cage_config *cfg, const char *name, const char **value,

@@ -53,6 +53,16 @@ struct cage_config_limits {
         uint64_t output_max_bytes_max;
         uint64_t max_body_bytes; /* HTTP request bodies; at least 16 MiB */
         uint32_t max_sandboxes_per_tenant;
+        uint32_t launches_max; /* sandbox launches at once, server-wide; more wait */
+};
+
+/* What one tenant may hold at a time (`quotas`, `tenants[].quotas`); 0 is
+ * "no quota". Going over one is answered 429 (docs/OPERATIONS.md). */
+struct cage_quotas {
+        uint32_t sandboxes_running; /* named sandboxes running */
+        uint32_t runs;              /* execs, Python calls and one-shot runs at once */
+        uint32_t sessions;          /* live Python sessions of named sandboxes */
+        uint64_t memory_mib;        /* memory_mib of running sandboxes and runs, summed */
 };
 
 /* What a request gets for a field it leaves out; always within the limits. */
@@ -73,6 +83,7 @@ struct cage_tenant {
         bool secrets_listed; /* tenants[].secrets was given: only those */
         char **secrets;      /* names of config secrets (borrowed from cfg->secrets) */
         size_t n_secrets;
+        struct cage_quotas quotas; /* the config's `quotas` with this tenant's own on top */
 };
 
 struct cage_secret {
@@ -130,6 +141,11 @@ struct cage_config {
         bool http_loopback;
         /* listen.unix: NULL when the Unix socket is off. */
         char *listen_unix;
+        /* listen.metrics: an unauthenticated loopback listener for /metrics,
+         * /healthz and /readyz only; NULL when off (the default). */
+        char *listen_metrics;
+        struct sockaddr_storage metrics_addr;
+        socklen_t metrics_addr_len;
 
         struct cage_config_limits limits;
         struct cage_config_spec_defaults defaults;
@@ -144,8 +160,10 @@ struct cage_config {
         size_t n_mounts_allowed;
 
         uint64_t retention_s;
-        uint64_t idle_timeout_s;  /* 0 = never */
-        uint32_t pool_size;       /* warm sandboxes kept for one-shot Python runs */
+        uint64_t idle_timeout_s;             /* 0 = never */
+        uint64_t drain_timeout_s;            /* SIGTERM: how long running calls may go on */
+        struct cage_quotas quotas;           /* every tenant's, unless its entry says otherwise */
+        uint32_t pool_size;                  /* warm sandboxes kept for one-shot Python runs */
         struct cage_pool_image *pool_images; /* the `pool` section: warm sandboxes per image */
         size_t n_pool_images;
         json_t *upstream_servers; /* validated [{name, command, allow?}] or NULL */
@@ -178,6 +196,9 @@ bool cage_config_auth_required(const struct cage_config *cfg);
 const struct cage_tenant *cage_config_tenant_for_token(const struct cage_config *cfg,
                                                        const char *token);
 const struct cage_tenant *cage_config_tenant(const struct cage_config *cfg, const char *name);
+/* The quotas of tenant `name` (the config's `quotas` for a tenant the
+ * config does not name, e.g. "default" without tenants). */
+const struct cage_quotas *cage_config_quotas(const struct cage_config *cfg, const char *name);
 
 /* The value of secret `name`; -ENOENT with an error naming it when the
  * server does not know it. *value stays owned by cfg. */

@@ -34,6 +34,7 @@
 
 #include "services/audit.h"
 #include "services/egress_http.h"
+#include "services/metrics.h"
 #include "util/cleanup.h"
 #include "util/clock.h"
 #include "util/error.h"
@@ -90,7 +91,7 @@ struct egress_sandbox {
 };
 
 struct cage_egress {
-        const struct cage_config_network *cfg;
+        const struct cage_config_network *_Atomic cfg; /* swapped on reload */
         struct cage_audit *audit;
         pthread_mutex_t lock;
         pthread_cond_t idle; /* total_conns dropped */
@@ -362,6 +363,7 @@ static void audit(struct egress_sandbox *s, enum cage_audit_event ev, json_t *fi
 static void audit_deny(struct egress_sandbox *s, const char *kind, const char *host, uint16_t port,
                        const char *reason)
 {
+        cage_metrics_egress(false, 0, 0);
         audit(s, CAGE_AUDIT_NETWORK_DENY,
               json_pack("{s:s, s:s, s:i, s:s}", "kind", kind, "host", host, "port", (int)port,
                         "reason", reason));
@@ -396,6 +398,7 @@ static void audit_allow(struct egress_conn *c, const struct exchange *x)
                                     json_string(c->over_limit ? "the sandbox's network byte "
                                                                 "limit was reached"
                                                               : x->error));
+        cage_metrics_egress(true, c->sent, c->received);
         audit(c->sbx, CAGE_AUDIT_NETWORK_ALLOW, f);
 }
 
@@ -1166,6 +1169,12 @@ int cage_egress_attach(struct cage_egress *eg, int pidfd, const struct egress_al
 }
 
 /* ---- open and close --------------------------------------------------------------- */
+
+void cage_egress_set_config(struct cage_egress *eg, const struct cage_config_network *cfg)
+{
+        if (eg)
+                eg->cfg = cfg;
+}
 
 int cage_egress_open(const struct cage_config_network *cfg, struct cage_audit *audit,
                      struct cage_egress **ret, struct cage_error *err)

@@ -44,6 +44,9 @@ struct cage_egress_owner {
         const char *phase;   /* NULL, or e.g. "requirements" */
 };
 
+/* The server's network section from now on (a config reload: new
+ * connections see its limits; the old section must stay alive). */
+void cage_egress_set_config(struct cage_egress *eg, const struct cage_config_network *cfg);
 int cage_egress_open(const struct cage_config_network *cfg, struct cage_audit *audit,
                      struct cage_egress **ret, struct cage_error *err);
 /* Cuts every connection, waits for their threads, frees. Accepts NULL. */

@@ -177,6 +177,7 @@ int svc_fetch_url(struct cage_service *svc, const char *tenant, json_t *labels, 
                 if (r < 0) {
                         curl_free(host);
                         json_object_set_new(fields, "reason", json_string(reason));
+                        cage_metrics_egress(false, 0, 0);
                         audit_fetch(svc, tenant, labels, CAGE_AUDIT_NETWORK_DENY, fields);
                         free(f.data);
                         return cage_fail_plain(err, r == -EPERM ? -EPERM : -EHOSTUNREACH, "%s: %s",
@@ -199,6 +200,7 @@ int svc_fetch_url(struct cage_service *svc, const char *tenant, json_t *labels, 
                                     json_integer((int64_t)clock_mono_ms() - start));
                 if (r < 0)
                         json_object_set_new(fields, "error", json_string(reason));
+                cage_metrics_egress(true, 0, f.len);
                 audit_fetch(svc, tenant, labels, CAGE_AUDIT_NETWORK_ALLOW, fields);
                 if (r < 0) {
                         free(location);

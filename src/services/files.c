@@ -18,9 +18,13 @@
  *   (no check-then-open race): a FIFO never blocks the server, only regular
  *   files are read, and never more than asked. (The sandbox user cannot
  *   create device nodes: it has no CAP_MKNOD over the host.)
- * - Writes go to a fresh O_EXCL temporary file renamed over the name: an
- *   existing name (symlink, hard link, FIFO) is replaced, never written
- *   through. What the server creates is chowned to the root's owner.
+ * - Writes go to a fresh O_EXCL temporary file, flushed to its disk
+ *   (fdatasync) and then renamed over the name: an existing name (symlink,
+ *   hard link, FIFO) is replaced, never written through; a write is
+ *   reported only once its bytes are on the disk, so a full disk under a
+ *   workspace (its image lives in the server's data_dir) fails the request
+ *   instead of losing the file later, and a crash never leaves a torn file
+ *   under the name. What the server creates is chowned to the root's owner.
  * - Messages name the client's path, never a host path. */
 #include "services/files.h"
 
@@ -193,6 +197,12 @@ static int fail_path(struct cage_error *err, int r, const char *path, const char
         case -ENOSPC:
         case -EDQUOT:
                 return cage_fail(err, r, PATH_FMT ": the workspace is full", path);
+        case -EIO: /* the workspace's image could not be written: its disk is full */
+                return cage_fail(err, r,
+                                 PATH_FMT
+                                 ": %s: the disk under the workspace failed the write "
+                                 "(the server's data_dir may be full); nothing was written",
+                                 path, what);
         case -ELOOP:
                 return cage_fail(err, r, PATH_FMT ": %s: a symbolic link is in the way", path,
                                  what);
@@ -522,6 +532,8 @@ static int write_replace(int dfd, const char *name, const void *data, size_t len
         if (fd < 0)
                 return fd;
         int r = write_all(fd, data, len);
+        if (r == 0 && fdatasync(fd) < 0)
+                r = -errno;
         if (r == 0 && renameat2(dfd, tmp, dfd, name, 0) < 0)
                 r = -errno;
         if (r < 0)

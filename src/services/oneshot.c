@@ -23,7 +23,11 @@ int svc_oneshot_prepare(struct cage_service *svc, const char *tenant, const json
                 r = svc_check_files(req, err);
         if (r == 0)
                 r = cage_store_new_id(o->run_id, err);
-        (void)tenant;
+        /* The run's memory counts against the tenant's memory_mib quota. */
+        if (r == 0 && (r = svc_quota_memory(svc, tenant, (int64_t)o->spec->memory_mib, err)) == 0) {
+                o->tenant = tenant;
+                o->reserved_mib = o->spec->memory_mib;
+        }
         return r;
 }
 
@@ -82,8 +86,10 @@ void svc_oneshot_finish(struct cage_service *svc, const char *tenant, struct svc
         json_t *artifacts = NULL;
         if (cage_artifacts_collect(o->ws, o->before, &artifacts, NULL) < 0)
                 artifacts = json_array();
-        if (json_array_size(artifacts))
-                svc_keep_run_output(svc, tenant, o->ws, o->run_id);
+        struct cage_error err = {0};
+        if (json_array_size(artifacts) &&
+            svc_keep_run_output(svc, tenant, o->ws, o->run_id, &err) < 0)
+                json_object_set_new(result, "artifacts_error", json_string(err.message));
         json_object_set_new(result, "artifacts", artifacts ? artifacts : json_array());
         json_object_set_new(result, "run_id", json_string(o->run_id));
         if (o->requirements)
@@ -102,5 +108,7 @@ void svc_oneshot_free(struct cage_service *svc, struct svc_oneshot *o)
         json_decref(o->requirements);
         json_decref(o->failed);
         svc_spec_free(o->spec);
+        if (o->reserved_mib)
+                (void)svc_quota_memory(svc, o->tenant, -(int64_t)o->reserved_mib, NULL);
         *o = (struct svc_oneshot){.ws = -1};
 }

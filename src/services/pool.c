@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "services/config.h"
+#include "services/metrics.h"
 #include "util/cleanup.h"
 #include "util/clock.h"
 #include "util/error.h"
@@ -377,6 +378,7 @@ static void *refill_main(void *arg)
                 pthread_mutex_lock(&p->lock);
                 shelf->starting--;
                 pthread_cond_broadcast(&p->cond);
+                cage_metrics_pool_refill(clock_mono_ms() - t0, r == 0);
                 if (r < 0) {
                         note_failure_locked(shelf);
                         continue;

@@ -71,6 +71,8 @@ int cage_service_http_status(int r)
                 return 502;
         case -ETIMEDOUT:
                 return 504;
+        case -EUSERS: /* over a quota, or the launch queue is full */
+                return 429;
         default:
                 return r >= 0 ? 200 : 500;
         }
@@ -92,12 +94,12 @@ void cage_service_audit_auth_deny(struct cage_service *svc, const char *reason, 
                             method, "route", route));
 }
 
-/* Records a request refused by policy (-EPERM: a limit, a mount, the
- * quota; -ELOOP/-EXDEV: a path leading out of the workspace). */
+/* Records a request refused by policy (-EPERM: a limit, a mount;
+ * -EUSERS: a quota; -ELOOP/-EXDEV: a path leading out of the workspace). */
 void svc_audit_denied(struct cage_service *svc, int r, const char *tenant, const char *sandbox,
                       const struct cage_error *err)
 {
-        if (r != -EPERM && r != -ELOOP && r != -EXDEV)
+        if (r != -EPERM && r != -ELOOP && r != -EXDEV && r != -EUSERS)
                 return;
         char field[65] = "";
         const char *colon = strchr(err->message, ':');
@@ -275,8 +277,15 @@ int svc_box_start(struct cage_service *svc, const struct svc_spec *spec, const c
                 r = svc_image_acquire(svc, spec->image, tenant, io, &image, err);
         if (r == 0)
                 r = svc_spec_to_cage(spec, svc->cfg, workspace, &image, &cs, &env, err);
-        if (r == 0)
+        /* Requests' launches pass the gate; the pool's threads bound its own. */
+        bool gated = !phase || strcmp(phase, "pool") != 0;
+        if (r == 0 && gated)
+                r = svc_launch_acquire(svc, io, err);
+        if (r == 0) {
                 r = cage_box_start(&cs, ret, err);
+                if (gated)
+                        svc_launch_release(svc);
+        }
         if (r == 0)
                 svc_image_attach(*ret, &image);
         svc_image_release(&image);
@@ -346,10 +355,15 @@ static int start_locked(struct sb *sb, struct cage_error *err)
                 json_decref(failed);
         }
         if (r == 0)
-                r = svc_box_start(svc, sb->spec, sb->workspace, sb->tenant, sb->name, NULL, NULL,
-                                  &sb->box, err);
+                r = svc_quota_sandbox_start(svc, sb->tenant, sb->spec->memory_mib, err);
         if (r < 0)
                 return r;
+        r = svc_box_start(svc, sb->spec, sb->workspace, sb->tenant, sb->name, NULL, NULL, &sb->box,
+                          err);
+        if (r < 0) {
+                svc_quota_sandbox_stop(svc, sb->tenant, sb->spec->memory_mib);
+                return r;
+        }
         struct cage_sandbox_runtime rt = {.host_uid = (uint32_t)cage_box_host_uid(sb->box),
                                           .cgroup = cage_box_cgroup_name(sb->box),
                                           .init_pid = cage_box_init_pid(sb->box),
@@ -365,6 +379,14 @@ static int start_locked(struct sb *sb, struct cage_error *err)
         return 0;
 }
 
+void svc_drop_session(struct sb *sb)
+{
+        if (!sb->session)
+                return;
+        sb->session = cage_session_free(sb->session);
+        svc_quota_session_end(sb->svc, sb->tenant);
+}
+
 /* Kills the box, waits until no exec uses it, and frees it. */
 static void stop_locked(struct sb *sb, const char *how)
 {
@@ -373,8 +395,9 @@ static void stop_locked(struct sb *sb, const char *how)
         cage_box_kill(sb->box);
         while (sb->active > 0)
                 pthread_cond_wait(&sb->changed, &sb->lock);
-        sb->session = cage_session_free(sb->session); /* no call uses it: active is 0 */
+        svc_drop_session(sb); /* no call uses it: active is 0 */
         sb->box = cage_box_destroy(sb->box);
+        svc_quota_sandbox_stop(sb->svc, sb->tenant, sb->spec ? sb->spec->memory_mib : 0);
         (void)cage_store_set_state(sb->svc->store, sb->id, CAGE_SANDBOX_STOPPED, NULL, NULL);
         svc_audit(sb->svc, CAGE_AUDIT_SANDBOX_STOP, sb->tenant, sb->name, svc_labels(sb),
                   json_pack("{s:s}", "how", how));
@@ -452,10 +475,13 @@ static int reserve(struct cage_service *svc, const char *tenant, struct svc_spec
         if (find_locked(svc, tenant, spec->name))
                 r = cage_fail_plain(err, -EEXIST, "a sandbox named \"%s\" already exists",
                                     spec->name);
-        else if ((uint32_t)count_tenant(svc, tenant) >= svc->cfg->limits.max_sandboxes_per_tenant)
-                r = cage_fail_plain(err, -EPERM,
-                                    "this tenant already has %u sandboxes, the most allowed",
+        else if ((uint32_t)count_tenant(svc, tenant) >= svc->cfg->limits.max_sandboxes_per_tenant) {
+                cage_metrics_quota_refused("sandboxes");
+                r = cage_fail_plain(err, -EUSERS,
+                                    "quota sandboxes: this tenant already has %u sandboxes, the "
+                                    "most allowed (limits.max_sandboxes_per_tenant); remove one",
                                     svc->cfg->limits.max_sandboxes_per_tenant);
+        }
         struct sb *sb = r == 0 ? sb_new(svc, tenant, spec->name, NULL) : NULL;
         if (r == 0 && !sb)
                 r = cage_fail(err, -ENOMEM, "sandbox");
@@ -523,6 +549,8 @@ int cage_service_sandbox_create(struct cage_service *svc, const char *tenant, co
         struct sb *sb = NULL;
         int r = svc_spec_parse(svc->cfg, spec, true, NULL, &parsed, err);
         if (r == 0 && (r = svc_spec_check_tenant(parsed, svc->cfg, tenant, err)) < 0)
+                parsed = svc_spec_free(parsed);
+        if (r == 0 && (r = svc_data_dir_room(svc, err)) < 0)
                 parsed = svc_spec_free(parsed);
         if (r == 0 && (r = reserve(svc, tenant, parsed, &sb, err)) < 0)
                 svc_spec_free(parsed);
@@ -715,8 +743,11 @@ static void take_box_locked(struct sb *sb, struct disposal *d)
                 pthread_cond_wait(&sb->changed, &sb->lock);
         d->session = sb->session;
         d->box = sb->box;
+        if (sb->session)
+                svc_quota_session_end(sb->svc, sb->tenant);
         sb->session = NULL;
         sb->box = NULL;
+        svc_quota_sandbox_stop(sb->svc, sb->tenant, sb->spec ? sb->spec->memory_mib : 0);
         svc_audit(sb->svc, CAGE_AUDIT_SANDBOX_STOP, sb->tenant, sb->name, svc_labels(sb),
                   json_pack("{s:s}", "how", "remove"));
         pthread_cond_broadcast(&sb->changed);
@@ -886,8 +917,10 @@ static int open_parts(struct cage_service *svc, struct cage_error *err)
         if ((r = cage_store_mark_all_stopped(svc->store, svc->instance, kill_leftover, svc, err)) <
             0)
                 return r;
-        if ((r = cage_config_redactor(cfg, &svc->redactor, err)) < 0)
+        struct cage_redactor *red = NULL;
+        if ((r = cage_config_redactor(cfg, &red, err)) < 0)
                 return r;
+        svc->redactor = red;
         if ((r = cage_audit_open(cfg->audit_log, svc->redactor, &svc->audit, err)) < 0)
                 return r;
         if ((r = load_sandboxes(svc, err)) < 0)
@@ -941,6 +974,7 @@ int cage_service_open(const struct cage_config *cfg, struct cage_service **ret,
         pthread_mutex_init(&svc->lock, NULL);
         pthread_cond_init(&svc->reaper_cond, NULL);
         pthread_cond_init(&svc->dispose_cond, NULL);
+        svc_admission_init(svc);
         raise_nofile();
         svc->index = calloc(INDEX_BUCKETS, sizeof(*svc->index));
         int r = svc->index ? open_parts(svc, err) : cage_fail(err, -ENOMEM, "service");
@@ -1057,6 +1091,9 @@ struct cage_service *cage_service_close(struct cage_service *svc)
         svc_images_close(svc);
         svc->audit = cage_audit_close(svc->audit);
         svc->redactor = cage_redactor_unref(svc->redactor);
+        for (size_t i = 0; i < svc->n_retired; i++)
+                cage_redactor_unref(svc->retired[i]);
+        free(svc->retired);
         svc->store = cage_store_close(svc->store);
         free(svc->ws_base);
         free(svc->runs_base);
@@ -1064,6 +1101,7 @@ struct cage_service *cage_service_close(struct cage_service *svc)
         pthread_mutex_destroy(&svc->lock);
         pthread_cond_destroy(&svc->reaper_cond);
         pthread_cond_destroy(&svc->dispose_cond);
+        svc_admission_done(svc);
         free(svc);
         return NULL;
 }

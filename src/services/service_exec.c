@@ -298,7 +298,7 @@ void svc_leave(struct sb *sb, const struct cage_result *res)
                 (void)cage_store_touch(sb->svc->store, sb->id, 0, NULL);
 }
 
-int cage_service_exec(struct cage_service *svc, const char *tenant, const char *name,
+static int exec_named(struct cage_service *svc, const char *tenant, const char *name,
                       const json_t *req, const struct cage_service_io *io, json_t **ret,
                       struct cage_error *err)
 {
@@ -341,6 +341,20 @@ int cage_service_exec(struct cage_service *svc, const char *tenant, const char *
         cage_artifact_snapshot_free(before);
         exec_req_free(&q);
         svc_unref(sb);
+        return r;
+}
+
+int cage_service_exec(struct cage_service *svc, const char *tenant, const char *name,
+                      const json_t *req, const struct cage_service_io *io, json_t **ret,
+                      struct cage_error *err)
+{
+        struct svc_call call;
+        int r = svc_call_begin(svc, tenant, CAGE_METRIC_EXEC, &call, err);
+        if (r == 0)
+                r = exec_named(svc, tenant, name, req, io, ret, err);
+        else
+                svc_audit_denied(svc, r, tenant, name, err);
+        svc_call_end(&call, r, r == 0 ? *ret : NULL);
         return r;
 }
 
@@ -499,20 +513,42 @@ int svc_open_run_workspace(struct cage_box *box, struct cage_error *err)
         return fd < 0 ? cage_fail(err, -errno, "opening the run's workspace") : fd;
 }
 
-/* Copies output/ to <runs>/<run_id>/output for the retention period,
- * bound to tenant first (tenancy.c): without an owner nothing is kept. */
-void svc_keep_run_output(struct cage_service *svc, const char *tenant, int ws, const char *run_id)
+/* Copies output/ to <runs>/<run_id>/output for the retention period, then
+ * binds it to tenant (tenancy.c): a run directory without an owner serves
+ * nobody, so the owner, written last, publishes the copy whole. A copy that
+ * fails (data_dir full) is removed: no half-copied artifact is ever served. */
+int svc_keep_run_output(struct cage_service *svc, const char *tenant, int ws, const char *run_id,
+                        struct cage_error *err)
 {
         _cleanup_free_ char *dir = NULL;
-        if (asprintf(&dir, "%s/%s", svc->runs_base, run_id) < 0 || mkdir(dir, 0700) < 0)
-                return;
+        if (asprintf(&dir, "%s/%s", svc->runs_base, run_id) < 0)
+                return cage_fail(err, -ENOMEM, "artifacts");
+        if (mkdir(dir, 0700) < 0)
+                return cage_fail(err, -errno, "artifacts: keeping them");
         _cleanup_close_ int run = open(dir, O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (run < 0 || svc_run_bind(run, tenant) < 0 || mkdirat(run, "output", 0700) < 0)
-                return;
-        _cleanup_close_ int dfd = openat(run, "output", O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (dfd >= 0)
-                (void)cage_files_copy_tree(ws, "output", dfd, RUN_OUTPUT_MAX, RUN_OUTPUT_FILES,
-                                           NULL);
+        if (run < 0)
+                return cage_fail(err, -errno, "artifacts: keeping them");
+        int r = mkdirat(run, "output", 0700) < 0 ? -errno : 0;
+        _cleanup_close_ int dfd =
+                r == 0 ? openat(run, "output", O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
+        if (r == 0 && dfd < 0)
+                r = -errno;
+        if (r == 0)
+                r = cage_files_copy_tree(ws, "output", dfd, RUN_OUTPUT_MAX, RUN_OUTPUT_FILES, err);
+        if (r == 0 && syncfs(dfd) < 0)
+                r = cage_fail(err, -errno, "artifacts: flushing them");
+        if (r == 0 && (r = svc_run_bind(run, tenant)) < 0)
+                cage_fail(err, r, "artifacts: binding them to the tenant");
+        if (r < 0) {
+                (void)cage_files_delete(run, "output", true, NULL);
+                (void)unlinkat(run, RUN_OWNER_FILE, 0);
+                (void)rmdir(dir);
+                if (r == -ENOSPC || r == -EDQUOT)
+                        cage_fail_plain(err, r,
+                                        "the server's data_dir is full: this run's artifacts "
+                                        "were not kept (the run itself is reported as it ended)");
+        }
+        return r;
 }
 
 /* The run's own fields: what to run (argv, command or code), stdin. */
@@ -558,9 +594,12 @@ static int run_in(struct cage_service *svc, const char *tenant, struct svc_onesh
 int cage_service_run(struct cage_service *svc, const char *tenant, const json_t *req,
                      const struct cage_service_io *io, json_t **ret, struct cage_error *err)
 {
-        struct svc_oneshot o;
+        struct svc_oneshot o = {.ws = -1};
         struct exec_req q = {0};
-        int r = svc_oneshot_prepare(svc, tenant, req, run_extra, &o, err);
+        struct svc_call call;
+        int r = svc_call_begin(svc, tenant, CAGE_METRIC_RUN_SHELL, &call, err);
+        if (r == 0)
+                r = svc_oneshot_prepare(svc, tenant, req, run_extra, &o, err);
         if (r == 0)
                 r = parse_run(req, o.spec, &q, err);
         if (r == 0)
@@ -572,6 +611,7 @@ int cage_service_run(struct cage_service *svc, const char *tenant, const json_t 
         exec_req_free(&q);
         svc_oneshot_free(svc, &o);
         svc_audit_denied(svc, r, tenant, NULL, err);
+        svc_call_end(&call, r, r == 0 ? *ret : NULL);
         return r;
 }
 

@@ -48,6 +48,10 @@ int cage_service_file_write(struct cage_service *svc, const char *tenant, const 
         if (ws < 0)
                 return ws;
         int r = cage_files_write(ws, path, data, len, err);
+        /* The workspace's image lives in data_dir: a full data_dir, not the
+         * workspace, may be what refused the bytes. */
+        if ((r == -ENOSPC || r == -EIO) && svc_data_dir_room(svc, err) < 0)
+                r = -ENOSPC;
         svc_audit_denied(svc, r, tenant, name, err);
         if (r == 0)
                 audit_file(sb, CAGE_AUDIT_FILE_WRITE, path, (long long)len);

@@ -95,6 +95,7 @@ static int pull(struct cage_service *svc, const char *ref, const char *tenant,
                                        json_pack("{s:s, s:s}", "id", (*ret)->id, "manifest_digest",
                                                  (*ret)->manifest_digest));
         svc_audit(svc, CAGE_AUDIT_IMAGE_PULL, tenant, NULL, NULL, fields);
+        cage_metrics_image_pull(r == 0);
         return r;
 }
 

@@ -11,14 +11,17 @@
 #define CODECAGE_SERVICES_SERVICE_PRIVATE_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "core/box.h"
 #include "services/audit.h"
 #include "services/config.h"
 #include "services/egress.h"
 #include "services/logring.h"
+#include "services/metrics.h"
 #include "services/pool.h"
 #include "services/redact.h"
 #include "services/sandbox_spec.h"
@@ -53,10 +56,14 @@ struct sb {
 };
 
 struct cage_service {
-        const struct cage_config *cfg;
+        /* Swapped by cage_service_reload (SIGHUP): a reader sees the old
+         * config or the new one; every config stays alive until close. */
+        const struct cage_config *_Atomic cfg;
         struct cage_store *store;
         struct cage_audit *audit;
-        struct cage_redactor *redactor;
+        struct cage_redactor *_Atomic redactor;
+        struct cage_redactor **retired; /* redactors of earlier configs, kept till close */
+        size_t n_retired;
         char instance[CAGE_STORE_ID_LEN + 1];
         char boot_id[CAGE_STORE_BOOT_ID_LEN + 1];
         char *ws_base;   /* <data_dir>/workspaces */
@@ -80,7 +87,57 @@ struct cage_service {
         struct disposal *disposals; /* queued, under lock */
         pthread_cond_t dispose_cond;
         bool dispose_stop;
+        /* Admission (admission.c): per-tenant usage and the launch gate,
+         * under usage_lock (a leaf lock). */
+        pthread_mutex_t usage_lock;
+        struct svc_usage *usage;
+        pthread_cond_t launch_cond;
+        uint32_t launches_running;
+        _Atomic bool draining; /* cage_service_drain(): /readyz says so */
 };
+
+/* Admission (admission.c). Quotas refuse with -EUSERS and a message naming
+ * the quota; the matching release never fails. */
+int svc_admission_init(struct cage_service *svc);
+void svc_admission_done(struct cage_service *svc);
+int svc_quota_sandbox_start(struct cage_service *svc, const char *tenant, uint64_t memory_mib,
+                            struct cage_error *err);
+void svc_quota_sandbox_stop(struct cage_service *svc, const char *tenant, uint64_t memory_mib);
+int svc_quota_session_start(struct cage_service *svc, const char *tenant, struct cage_error *err);
+void svc_quota_session_end(struct cage_service *svc, const char *tenant);
+/* Reserves (memory_mib > 0, checked) or gives back (< 0) memory of a
+ * one-shot run. */
+int svc_quota_memory(struct cage_service *svc, const char *tenant, int64_t memory_mib,
+                     struct cage_error *err);
+/* One call (exec, Python call, one-shot run): counted against the
+ * tenant's `runs` quota and in the metrics from begin to end. end is called
+ * whatever begin returned, with the call's result (or NULL). */
+struct svc_call {
+        struct cage_service *svc;
+        const char *tenant;
+        enum cage_metric_kind kind;
+        uint64_t start_ms;
+        bool admitted;
+};
+int svc_call_begin(struct cage_service *svc, const char *tenant, enum cage_metric_kind kind,
+                   struct svc_call *call, struct cage_error *err);
+void svc_call_end(struct svc_call *call, int r, const json_t *result);
+/* A slot of limits.launches_max for a launch a request asked for (waits;
+ * -EUSERS after a minute or when io's cancel fd fires); release after. */
+int svc_launch_acquire(struct cage_service *svc, const struct cage_service_io *io,
+                       struct cage_error *err);
+void svc_launch_release(struct cage_service *svc);
+/* -ENOSPC (507) with a message when data_dir's filesystem is below its
+ * reserve (service_ops.c): a new workspace would fill it. */
+int svc_data_dir_room(struct cage_service *svc, struct cage_error *err);
+/* Calls running now, every tenant's. */
+unsigned svc_calls_in_flight(struct cage_service *svc);
+/* The per-tenant gauges in the text exposition format. */
+void svc_usage_render(struct cage_service *svc, FILE *out);
+
+/* With py_lock or sb->lock held (and no call using it): frees the
+ * sandbox's session, if any, and gives its `sessions` quota back. */
+void svc_drop_session(struct sb *sb);
 
 /* The sandbox's labels (borrowed). */
 json_t *svc_labels(const struct sb *sb);
@@ -165,7 +222,8 @@ int svc_fetch_url(struct cage_service *svc, const char *tenant, json_t *labels, 
 int svc_open_run_workspace(struct cage_box *box, struct cage_error *err);
 /* Keeps output/ of a one-shot run for the retention period, readable by
  * tenant only (tenancy.c). */
-void svc_keep_run_output(struct cage_service *svc, const char *tenant, int ws, const char *run_id);
+int svc_keep_run_output(struct cage_service *svc, const char *tenant, int ws, const char *run_id,
+                        struct cage_error *err);
 
 /* One-shot runs, shell and Python alike (oneshot.c): prepare parses the
  * spec (with the caller's extra fields), checks `files` and makes a run id;
@@ -185,6 +243,8 @@ struct svc_oneshot {
         struct cage_artifact_snapshot *before;
         json_t *requirements; /* {installed, cached, duration_ms} or NULL */
         json_t *failed;       /* pip's failure as the run's result, or NULL */
+        const char *tenant;   /* whose memory_mib quota holds reserved_mib */
+        uint64_t reserved_mib;
 };
 int svc_oneshot_prepare(struct cage_service *svc, const char *tenant, const json_t *req,
                         const char *const *extra, struct svc_oneshot *o, struct cage_error *err);

@@ -81,10 +81,18 @@ static int route_host_call(void *ctx, const char *fn, json_t *args, json_t *kwar
                            char **error)
 {
         struct run_host *h = ctx;
-        if (strncmp(fn, "tools.", 6) == 0 && cage_upstreams_any(h->svc->upstreams))
-                return cage_upstreams_call(h->svc->upstreams, fn, kwargs, value, error);
-        if (h->front && h->front->fn)
-                return h->front->fn(h->front->ctx, fn, args, kwargs, value, error);
+        int r;
+        if (strncmp(fn, "tools.", 6) == 0 && cage_upstreams_any(h->svc->upstreams)) {
+                r = cage_upstreams_call(h->svc->upstreams, fn, kwargs, value, error);
+                cage_metrics_host_call(r == 0 && !*error);
+                return r;
+        }
+        if (h->front && h->front->fn) {
+                r = h->front->fn(h->front->ctx, fn, args, kwargs, value, error);
+                cage_metrics_host_call(r == 0 && !*error);
+                return r;
+        }
+        cage_metrics_host_call(false);
         if (asprintf(error,
                      "%s is not available: this client serves no host functions "
                      "(llm_query needs an MCP client with sampling, or an HTTP client "
@@ -187,10 +195,16 @@ int svc_session_start(struct cage_box *box, const char *image, struct cage_sessi
 static int session_of(struct sb *sb, struct cage_box *box, struct cage_error *err)
 {
         if (sb->session && !cage_session_alive(sb->session))
-                sb->session = cage_session_free(sb->session);
+                svc_drop_session(sb);
         if (sb->session)
                 return 0;
-        return svc_session_start(box, sb->spec->image, &sb->session, err);
+        int r = svc_quota_session_start(sb->svc, sb->tenant, err);
+        if (r < 0)
+                return r;
+        r = svc_session_start(box, sb->spec->image, &sb->session, err);
+        if (r < 0)
+                svc_quota_session_end(sb->svc, sb->tenant);
+        return r;
 }
 
 static int run_named(struct cage_service *svc, const char *tenant, const char *name,
@@ -229,7 +243,7 @@ static int run_named(struct cage_service *svc, const char *tenant, const char *n
                 r = cage_session_run(sb->session, &run, ret, err);
         }
         if (r == 0 && !cage_session_alive(sb->session))
-                sb->session = cage_session_free(sb->session);
+                svc_drop_session(sb);
         pthread_mutex_unlock(&sb->py_lock);
         if (r == 0) {
                 if (cage_artifacts_collect(ws, before, &artifacts, NULL) == 0)
@@ -282,9 +296,14 @@ int cage_service_python_run(struct cage_service *svc, const char *tenant, const 
                             const struct cage_service_host *host, json_t **ret,
                             struct cage_error *err)
 {
-        int r = name ? run_named(svc, tenant, name, req, io, host, ret, err)
-                     : run_oneshot(svc, tenant, req, io, host, ret, err);
+        struct svc_call call;
+        int r = svc_call_begin(svc, tenant, name ? CAGE_METRIC_SESSION : CAGE_METRIC_RUN_PYTHON,
+                               &call, err);
+        if (r == 0)
+                r = name ? run_named(svc, tenant, name, req, io, host, ret, err)
+                         : run_oneshot(svc, tenant, req, io, host, ret, err);
         svc_audit_denied(svc, r, tenant, name, err);
+        svc_call_end(&call, r, r == 0 ? *ret : NULL);
         return r;
 }
 
@@ -338,7 +357,7 @@ static int session_call(struct cage_service *svc, const char *tenant, const char
                 r = cage_session_request(sb->session, msg, blob, blob_len, REQUEST_TIMEOUT_MS,
                                          &answer, err);
         if (sb->session && !cage_session_alive(sb->session))
-                sb->session = cage_session_free(sb->session);
+                svc_drop_session(sb);
         pthread_mutex_unlock(&sb->py_lock);
         svc_leave(sb, NULL);
         svc_unref(sb);

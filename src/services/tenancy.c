@@ -3,9 +3,9 @@
  *
  * A run's artifacts live in <data_dir>/runs/<run_id>/ (service_exec.c);
  * the file RUN_OWNER_FILE beside output/ names the tenant that made the
- * run. It is written (mode 0600, exclusively) before output/ is copied, so
- * there is never a moment when the artifacts are readable without an
- * owner; a run directory without a readable owner serves nobody. Runs are
+ * run. A run directory without a readable owner serves nobody, so the owner
+ * is written (mode 0600, exclusively) after output/ is copied and flushed:
+ * it publishes the copy whole, and a copy that failed is never served. Runs are
  * bound like sandboxes: for every other tenant a run does not exist.
  *
  * A request of one tenant for a sandbox name or run that only another

@@ -109,7 +109,7 @@ def test_healthz_over_unix_socket(server):
 
 
 EXPECTED_ROUTES = {
-    ("get", "/healthz"), ("get", "/v1/openapi.json"),
+    ("get", "/healthz"), ("get", "/readyz"), ("get", "/metrics"), ("get", "/v1/openapi.json"),
     ("post", "/v1/python"), ("post", "/v1/sandboxes/{name}/python"),
     ("post", "/v1/sandboxes/{name}/python/reset"),
     ("get", "/v1/sandboxes/{name}/python/variables"),

@@ -532,7 +532,10 @@ def test_client_leaving_during_a_host_call_cancels_the_run(server, box):
 
 
 def test_host_calls_belong_to_their_tenant(cage, tmp_path):
-    s = Server(tmp_path, tenants={"alice": TOKEN_A, "bob": TOKEN_B}, extra={"pool_size": 0})
+    # drain_timeout_s: a stopping server waits that long for running calls
+    # (the last one waits for a host call nobody answers), then cancels them.
+    s = Server(tmp_path, tenants={"alice": TOKEN_A, "bob": TOKEN_B},
+               extra={"pool_size": 0, "drain_timeout_s": 2})
     try:
         stream = Stream(s, "/v1/python", {"code": "llm_query('x')", "host_functions": True},
                         token=TOKEN_A)

@@ -620,6 +620,51 @@ TEST(tenant_rights)
                              "tenants[0].operator", NULL));
 }
 
+TEST(quotas_and_operations)
+{
+        char msg[CAGE_ERROR_MESSAGE_MAX];
+        struct cage_config *cfg = NULL;
+        CHECK(parse("{}", &cfg, msg) == 0);
+        if (cfg) { /* no quota, no metrics listener, a 30 s drain, at least 4 launches */
+                const struct cage_quotas *q = cage_config_quotas(cfg, "default");
+                CHECK(q->runs == 0 && q->sessions == 0 && q->sandboxes_running == 0 &&
+                      q->memory_mib == 0);
+                CHECK(!cfg->listen_metrics);
+                CHECK(cfg->drain_timeout_s == 30);
+                CHECK(cfg->limits.launches_max >= 4);
+                cage_config_free(cfg);
+        }
+        CHECK(parse("{\"quotas\": {\"runs\": 4, \"memory_mib\": 2048},"
+                    " \"tenants\": [{\"name\": \"a\", \"token\": \"" TOKEN_A "\","
+                    " \"quotas\": {\"runs\": 1, \"sessions\": 2}},"
+                    " {\"name\": \"b\", \"token\": \"" TOKEN_B "\"}],"
+                    " \"listen\": {\"metrics\": \"127.0.0.1:9464\"},"
+                    " \"limits\": {\"launches_max\": 2}, \"drain_timeout_s\": 5}",
+                    &cfg, msg) == 0);
+        if (cfg) { /* a tenant's own keys replace the server's, the rest are inherited */
+                const struct cage_quotas *a = cage_config_quotas(cfg, "a");
+                const struct cage_quotas *b = cage_config_quotas(cfg, "b");
+                CHECK(a->runs == 1 && a->sessions == 2 && a->memory_mib == 2048);
+                CHECK(b->runs == 4 && b->sessions == 0 && b->memory_mib == 2048);
+                CHECK(cage_config_quotas(cfg, "nobody")->runs == 4);
+                CHECK(cfg->listen_metrics && strcmp(cfg->listen_metrics, "127.0.0.1:9464") == 0);
+                CHECK(cfg->limits.launches_max == 2 && cfg->drain_timeout_s == 5);
+                cage_config_free(cfg);
+        }
+        CHECK(refused_naming("{\"quotas\": {\"runz\": 1}}", "quotas", "runz"));
+        CHECK(refused_naming("{\"quotas\": {\"runs\": -1}}", "quotas.runs", NULL));
+        CHECK(refused_naming("{\"tenants\": [{\"name\": \"a\", \"token\": \"" TOKEN_A "\","
+                             " \"quotas\": {\"sessions\": 1.5}}]}",
+                             "tenants[0].quotas.sessions", NULL));
+        /* The metrics listener asks for no token: loopback only, even with tenants. */
+        CHECK(refused_naming("{\"tenants\": [{\"name\": \"a\", \"token\": \"" TOKEN_A "\"}],"
+                             " \"listen\": {\"metrics\": \"0.0.0.0:9464\"}}",
+                             "listen.metrics", "loopback"));
+        CHECK(refused_naming("{\"listen\": {\"metrics\": \"nowhere\"}}", "listen.metrics", NULL));
+        CHECK(refused_naming("{\"limits\": {\"launches_max\": 0}}", "limits.launches_max", NULL));
+        CHECK(refused_naming("{\"drain_timeout_s\": 99999}", "drain_timeout_s", NULL));
+}
+
 RUN_TESTS(T(defaults_are_secure_and_valid), T(a_full_config_loads_from_a_file),
           T(unknown_keys_are_errors_naming_the_key), T(parse_errors_never_quote_secret_values),
           T(limits_and_defaults_are_range_checked), T(tenants_are_validated), T(token_lookup),
@@ -627,4 +672,4 @@ RUN_TESTS(T(defaults_are_secure_and_valid), T(a_full_config_loads_from_a_file),
           T(env_allowlist_is_validated), T(mount_allowlist), T(config_files_are_bounded),
           T(redactor_covers_secrets_and_tokens),
           T(network_defaults_allow_names_not_private_addresses), T(network_sections_are_validated),
-          T(tenant_rights))
+          T(tenant_rights), T(quotas_and_operations))

@@ -1,0 +1,239 @@
+"""What an operator relies on (docs/OPERATIONS.md): /metrics in the
+Prometheus text format (checked by promtool) and what its numbers say,
+who may read it (an operator's token, or the loopback metrics listener),
+/readyz with its reasons, and per-tenant quotas answered with 429 and
+Retry-After (and an MCP tool error naming the quota)."""
+import http.client
+import json
+import os
+import re
+import shutil
+import subprocess
+import threading
+import time
+
+import pytest
+
+from conftest import BUILD
+from serverlib import Server, free_port
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the server's sandboxes need root")
+
+OPS = "ops-token-0123456789abcdef012"
+ALICE = "alice-token-0123456789abcdef"
+BOB = "bob-token-0123456789abcdef01"
+
+
+def parse_metrics(text):
+    """{(name, frozenset(labels)): value} of a text exposition."""
+    out = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = re.match(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)$', line)
+        assert m, line
+        labels = frozenset(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(3) or ""))
+        out[(m.group(1), labels)] = float(m.group(4))
+    return out
+
+
+def value(metrics, name, **labels):
+    return metrics.get((name, frozenset(labels.items())))
+
+
+def promtool_check(text):
+    promtool = shutil.which("promtool")
+    if not promtool:
+        pytest.skip("promtool (Debian package prometheus) is not installed")
+    p = subprocess.run([promtool, "check", "metrics"], input=text.encode(),
+                       capture_output=True, timeout=60)
+    assert p.returncode == 0, p.stdout.decode() + p.stderr.decode()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("ops")
+    metrics_port = free_port()
+    extra = {
+        "pool_size": 1,
+        "tenants": [{"name": "ops", "token": OPS, "operator": True},
+                    {"name": "alice", "token": ALICE},
+                    {"name": "bob", "token": BOB,
+                     "quotas": {"runs": 1, "sessions": 1, "sandboxes_running": 2,
+                                "memory_mib": 1024}}],
+    }
+    s = Server(tmp, extra=extra)
+    # listen.metrics is added after Server wrote its listeners.
+    config = json.loads(s.config_path.read_text())
+    config["listen"]["metrics"] = f"127.0.0.1:{metrics_port}"
+    s.config_path.write_text(json.dumps(config))
+    s.stop()
+    s.start()
+    s.metrics_port = metrics_port
+    yield s
+    s.stop()
+
+
+def scrape(server, token=OPS):
+    r = server.request("GET", "/metrics", token=token)
+    assert r.status == 200, r.body
+    assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    return r.body.decode()
+
+
+def test_metrics_pass_promtool_and_count_what_happened(server):
+    before = parse_metrics(scrape(server))
+    assert server.ok("POST", "/v1/run", {"command": "echo hi"}, token=ALICE)["status"] == "ok"
+    assert server.ok("POST", "/v1/run", {"command": "exit 3"}, token=ALICE)["status"] == "error"
+    assert server.ok("POST", "/v1/python", {"code": "6*7"}, token=ALICE)["status"] == "ok"
+    server.ok("POST", "/v1/sandboxes", {"name": "m1"}, token=ALICE)
+    res = server.ok("POST", "/v1/sandboxes/m1/exec", {"script": "sleep 0.2"}, token=ALICE)
+    assert res["status"] == "ok"
+    assert server.ok("POST", "/v1/sandboxes/m1/python", {"code": "x = 1"},
+                     token=ALICE)["status"] == "ok"
+    text = scrape(server)
+    promtool_check(text)
+    after = parse_metrics(text)
+
+    def grew(name, by, **labels):
+        return (value(after, name, **labels) or 0) - (value(before, name, **labels) or 0) == by
+
+    assert grew("codecage_runs_total", 1, kind="run_shell", status="ok")
+    assert grew("codecage_runs_total", 1, kind="run_shell", status="error")
+    assert grew("codecage_runs_total", 1, kind="run_python", status="ok")
+    assert grew("codecage_runs_total", 1, kind="exec", status="ok")
+    assert grew("codecage_runs_total", 1, kind="session", status="ok")
+    # The exec slept 0.2 s: its duration lies above the 0.1 s bucket.
+    assert grew("codecage_run_duration_seconds_count", 1, kind="exec")
+    assert grew("codecage_run_duration_seconds_bucket", 0, kind="exec", le="0.1")
+    assert value(after, "codecage_sandboxes", tenant="alice") == 1
+    assert value(after, "codecage_sandboxes_running", tenant="alice") == 1
+    assert value(after, "codecage_sessions", tenant="alice") == 1
+    assert value(after, "codecage_execs_in_flight") == 0
+    assert value(after, "codecage_pool_size", image="host") == 1
+    assert value(after, "codecage_pool_hits_total", image="host") >= 1
+    assert value(after, "codecage_pool_refill_seconds_count") >= 1
+    assert value(after, "process_open_fds") > 0
+    assert value(after, "process_threads") > 1
+    assert value(after, "process_resident_memory_bytes") > 1 << 20
+    assert value(after, "codecage_ready") == 1
+    server.ok("DELETE", "/v1/sandboxes/m1", token=ALICE)
+    gone = parse_metrics(scrape(server))
+    assert value(gone, "codecage_sandboxes_running", tenant="alice") == 0
+    assert value(gone, "codecage_sessions", tenant="alice") == 0
+
+
+def test_metrics_need_an_operator_except_on_the_metrics_listener(server):
+    assert server.request("GET", "/metrics").status == 401
+    assert server.request("GET", "/metrics", token=ALICE).status == 403
+    assert server.request("GET", "/metrics", token=OPS, unix=False).status == 200
+    conn = http.client.HTTPConnection("127.0.0.1", server.metrics_port, timeout=30)
+    conn.request("GET", "/metrics")
+    r = conn.getresponse()
+    body = r.read().decode()
+    assert r.status == 200 and "codecage_runs_total" in body
+    for path in ("/v1/sandboxes", "/v1/pool", "/mcp"):
+        conn = http.client.HTTPConnection("127.0.0.1", server.metrics_port, timeout=30)
+        conn.request("GET", path)
+        assert conn.getresponse().status == 404, path
+
+
+def test_metrics_listener_must_be_loopback(tmp_path):
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps({"data_dir": str(tmp_path / "d"),
+                                  "tenants": [{"name": "a", "token": ALICE}],
+                                  "listen": {"metrics": "0.0.0.0:9464"}}))
+    p = subprocess.run([str(BUILD / "codecage"), "serve", "--config", str(config)],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 125 and "listen.metrics" in p.stderr and "loopback" in p.stderr
+
+
+def test_readyz_and_healthz(server):
+    r = server.request("GET", "/readyz")
+    assert r.status == 200, r.body
+    doc = r.json
+    assert doc["status"] == "ready" and doc["reasons"] == []
+    assert set(doc["checks"]) == {"accepting", "store", "cgroups", "pool", "disk"}
+    assert server.request("GET", "/healthz").status == 200
+
+
+def exec_in_thread(server, name, script, token):
+    out = {}
+
+    def go():
+        out["r"] = server.request("POST", f"/v1/sandboxes/{name}/exec", {"script": script},
+                                  token=token)
+    t = threading.Thread(target=go)
+    t.start()
+    return t, out
+
+
+def test_runs_quota_answers_429_with_retry_after(server):
+    server.ok("POST", "/v1/sandboxes", {"name": "q1"}, token=BOB)
+    t, out = exec_in_thread(server, "q1", "sleep 2", BOB)
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            m = parse_metrics(scrape(server))
+            if value(m, "codecage_tenant_runs_in_flight", tenant="bob") == 1:
+                break
+            time.sleep(0.05)
+        r = server.request("POST", "/v1/run", {"command": "true"}, token=BOB)
+        assert r.status == 429, r.body
+        assert r.error_code() == "too_many_requests"
+        assert r.headers["Retry-After"] == "1"
+        assert "quota runs" in r.json["error"]["message"]
+        # Another tenant is not held back by bob's quota.
+        assert server.ok("POST", "/v1/run", {"command": "true"}, token=ALICE)["status"] == "ok"
+    finally:
+        t.join()
+    assert out["r"].status == 200
+    # Once the exec ended the quota has room again.
+    assert server.ok("POST", "/v1/run", {"command": "true"}, token=BOB)["status"] == "ok"
+    refused = [r for r in server.audit_records()
+               if r["event"] == "policy.deny" and r["tenant"] == "bob"
+               and "quota runs" in r["reason"]]
+    assert refused
+    m = parse_metrics(scrape(server))
+    assert value(m, "codecage_quota_refusals_total", quota="runs") >= 1
+    server.ok("DELETE", "/v1/sandboxes/q1", token=BOB)
+
+
+def test_sessions_running_and_memory_quotas(server):
+    server.ok("POST", "/v1/sandboxes", {"name": "s1", "memory_mib": 256}, token=BOB)
+    server.ok("POST", "/v1/sandboxes", {"name": "s2", "memory_mib": 256}, token=BOB)
+    # sandboxes_running = 2
+    r = server.request("POST", "/v1/sandboxes", {"name": "s3", "memory_mib": 256}, token=BOB)
+    assert r.status == 429 and "quota sandboxes_running" in r.json["error"]["message"], r.body
+    assert server.request("GET", "/v1/sandboxes/s3", token=BOB).status == 404
+    # sessions = 1
+    assert server.ok("POST", "/v1/sandboxes/s1/python", {"code": "1"}, token=BOB)["status"] == "ok"
+    r = server.request("POST", "/v1/sandboxes/s2/python", {"code": "1"}, token=BOB)
+    assert r.status == 429 and "quota sessions" in r.json["error"]["message"], r.body
+    # memory_mib = 1024: 512 are held by s1 and s2; a 768 MiB run does not fit.
+    r = server.request("POST", "/v1/run", {"command": "true", "memory_mib": 768}, token=BOB)
+    assert r.status == 429 and "quota memory_mib" in r.json["error"]["message"], r.body
+    assert server.ok("POST", "/v1/run", {"command": "true", "memory_mib": 256},
+                     token=BOB)["status"] == "ok"
+    # Stopping s1 gives back its running slot, its memory and its session.
+    server.ok("POST", "/v1/sandboxes/s1/stop", token=BOB)
+    assert server.ok("POST", "/v1/sandboxes/s2/python", {"code": "1"}, token=BOB)["status"] == "ok"
+    server.ok("POST", "/v1/sandboxes", {"name": "s3", "memory_mib": 256}, token=BOB)
+    for name in ("s1", "s2", "s3"):
+        server.ok("DELETE", f"/v1/sandboxes/{name}", token=BOB)
+    m = parse_metrics(scrape(server))
+    assert value(m, "codecage_sandboxes_running", tenant="bob") == 0
+    assert value(m, "codecage_sessions", tenant="bob") == 0
+    assert value(m, "codecage_memory_reserved_bytes", tenant="bob") == 0
+
+
+def test_sandbox_count_quota_is_429(tmp_path):
+    s = Server(tmp_path, extra={"limits": {"max_body_bytes": 16 * 1024 * 1024,
+                                           "max_sandboxes_per_tenant": 1}})
+    try:
+        s.ok("POST", "/v1/sandboxes", {"name": "one"})
+        r = s.request("POST", "/v1/sandboxes", {"name": "two"})
+        assert r.status == 429 and "quota sandboxes" in r.json["error"]["message"], r.body
+        assert r.headers["Retry-After"]
+    finally:
+        s.stop()
