@@ -222,10 +222,16 @@ const scenarios = {
         onprogress: (p) => {
           if (/started/.test(p.message ?? "") && !started) {
             started = true;
-            setTimeout(() => {
+            // Cancel once the command has exec'd python3 (however long a busy
+            // machine takes), or after 60 s, when wasRunning stays false.
+            const since = Date.now();
+            const poll = setInterval(() => {
               wasRunning = running(marker);
-              controller.abort("test cancels");
-            }, 300);
+              if (wasRunning || Date.now() - since > 60000) {
+                clearInterval(poll);
+                controller.abort("test cancels");
+              }
+            }, 50);
           }
         },
       },

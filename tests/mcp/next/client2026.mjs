@@ -91,7 +91,7 @@ const tasks = async (method, params) => {
 };
 const settle = async (taskId, until) => {
   let got;
-  for (let i = 0; i < 150; i++) {
+  for (let i = 0; i < 600; i++) { // up to a minute: a busy machine starts Python slowly
     got = await tasks("tasks/get", { taskId });
     if (until(got)) break;
     await new Promise((resolve) => setTimeout(resolve, 100));
