@@ -1058,8 +1058,10 @@ static bool addr_is_loopback(const struct sockaddr_storage *ss)
         return IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127;
 }
 
-/* "IPV4:PORT", "[IPV6]:PORT" or "localhost:PORT" (= 127.0.0.1). */
-static int parse_http_addr(const char *s, struct cage_config *cfg, struct cage_error *err)
+/* "IPV4:PORT", "[IPV6]:PORT" or "localhost:PORT" (= 127.0.0.1) into *ss,
+ * ready for bind(); field names the key in the message. */
+int config_parse_addr(const char *field, const char *s, struct sockaddr_storage *ss,
+                      socklen_t *ss_len, bool *loopback, struct cage_error *err)
 {
         char host[HTTP_ADDR_MAX + 1];
         const char *port;
@@ -1082,29 +1084,29 @@ static int parse_http_addr(const char *s, struct cage_config *cfg, struct cage_e
                 goto bad;
         if (!v6 && strcmp(host, "localhost") == 0)
                 snprintf(host, sizeof(host), "127.0.0.1");
-        memset(&cfg->http_addr, 0, sizeof(cfg->http_addr));
+        memset(ss, 0, sizeof(*ss));
         if (v6) {
-                struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&cfg->http_addr;
+                struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
                 if (inet_pton(AF_INET6, host, &in6->sin6_addr) != 1)
                         goto bad;
                 in6->sin6_family = AF_INET6;
                 in6->sin6_port = htons((uint16_t)atoi(port));
-                cfg->http_addr_len = sizeof(*in6);
+                *ss_len = sizeof(*in6);
         } else {
-                struct sockaddr_in *in = (struct sockaddr_in *)&cfg->http_addr;
+                struct sockaddr_in *in = (struct sockaddr_in *)ss;
                 if (inet_pton(AF_INET, host, &in->sin_addr) != 1)
                         goto bad;
                 in->sin_family = AF_INET;
                 in->sin_port = htons((uint16_t)atoi(port));
-                cfg->http_addr_len = sizeof(*in);
+                *ss_len = sizeof(*in);
         }
-        cfg->http_loopback = addr_is_loopback(&cfg->http_addr);
+        *loopback = addr_is_loopback(ss);
         return 0;
 bad:
         return cage_fail(err, -EINVAL,
-                         "listen.http: \"%s\" must be IPV4:PORT, [IPV6]:PORT or localhost:PORT "
+                         "%s: \"%s\" must be IPV4:PORT, [IPV6]:PORT or localhost:PORT "
                          "(port 0..65535)",
-                         s);
+                         field, s);
 }
 
 /* A listen member: a string, or null for "off". 0 absent, 1 set/null. */
@@ -1138,7 +1140,8 @@ static int parse_listen(json_t *root, struct cage_config *cfg, struct cage_error
                 unix_set = r > 0;
         }
         if (http) {
-                if ((r = parse_http_addr(http, cfg, err)) < 0)
+                if ((r = config_parse_addr("listen.http", http, &cfg->http_addr,
+                                           &cfg->http_addr_len, &cfg->http_loopback, err)) < 0)
                         return r;
                 if (strdup_to(&cfg->listen_http, http) < 0)
                         return cage_fail(err, -ENOMEM, "listen.http");
@@ -1234,7 +1237,7 @@ static int config_from_json(json_t *root, struct cage_config **ret, struct cage_
                 "env_allowlist",    "secrets",        "tenants",   "mounts_allowed",
                 "retention_s",      "idle_timeout_s", "audit_log", "pool_size",
                 "upstream_servers", "network",        "pip",       "fetch",
-                "images",           "pool",           NULL};
+                "images",           "pool",           "e2b",       NULL};
         json_auto_t *empty = NULL;
         int r;
         if (!root) {
@@ -1260,7 +1263,7 @@ static int config_from_json(json_t *root, struct cage_config **ret, struct cage_
             (r = config_parse_network(root, cfg, err)) < 0 ||
             (r = cage_images_config_parse(json_object_get(root, "images"), &cfg->images, err)) <
                     0 ||
-            (r = parse_pool(root, cfg, err)) < 0)
+            (r = parse_pool(root, cfg, err)) < 0 || (r = config_parse_e2b(root, cfg, err)) < 0)
                 return r;
         *ret = TAKE_PTR(cfg);
         return 0;
@@ -1356,6 +1359,7 @@ struct cage_config *cage_config_free(struct cage_config *cfg)
         free(cfg->pool_images);
         free(cfg->data_dir);
         free(cfg->listen_http);
+        free(cfg->e2b.listen);
         free(cfg->listen_unix);
         free(cfg->audit_log);
         free(cfg);

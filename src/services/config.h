@@ -120,6 +120,15 @@ struct cage_pool_image {
         uint32_t size;
 };
 
+/* The `e2b` section: the E2B-compatible listener (docs/E2B.md). */
+struct cage_config_e2b {
+        char *listen; /* NULL: off */
+        struct sockaddr_storage addr;
+        socklen_t addr_len;
+        bool loopback;
+        uint64_t timeout_s_max; /* the longest lifetime a sandbox may ask for */
+};
+
 struct cage_config {
         char *data_dir;
 
@@ -144,8 +153,8 @@ struct cage_config {
         size_t n_mounts_allowed;
 
         uint64_t retention_s;
-        uint64_t idle_timeout_s;  /* 0 = never */
-        uint32_t pool_size;       /* warm sandboxes kept for one-shot Python runs */
+        uint64_t idle_timeout_s;             /* 0 = never */
+        uint32_t pool_size;                  /* warm sandboxes kept for one-shot Python runs */
         struct cage_pool_image *pool_images; /* the `pool` section: warm sandboxes per image */
         size_t n_pool_images;
         json_t *upstream_servers; /* validated [{name, command, allow?}] or NULL */
@@ -154,6 +163,7 @@ struct cage_config {
         struct cage_config_pip pip;
         struct cage_config_fetch fetch;
         struct cage_images_config images; /* the `images` section (docs/IMAGES.md) */
+        struct cage_config_e2b e2b;
 };
 
 /* The configuration used when no file is given: every default, validated. */

@@ -374,6 +374,7 @@ static void stop_locked(struct sb *sb, const char *how)
         while (sb->active > 0)
                 pthread_cond_wait(&sb->changed, &sb->lock);
         sb->session = cage_session_free(sb->session); /* no call uses it: active is 0 */
+        svc_contexts_stop(sb);
         sb->box = cage_box_destroy(sb->box);
         (void)cage_store_set_state(sb->svc->store, sb->id, CAGE_SANDBOX_STOPPED, NULL, NULL);
         svc_audit(sb->svc, CAGE_AUDIT_SANDBOX_STOP, sb->tenant, sb->name, svc_labels(sb),
@@ -714,6 +715,7 @@ static void take_box_locked(struct sb *sb, struct disposal *d)
         while (sb->active > 0)
                 pthread_cond_wait(&sb->changed, &sb->lock);
         d->session = sb->session;
+        svc_contexts_stop(sb);
         d->box = sb->box;
         sb->session = NULL;
         sb->box = NULL;
@@ -982,6 +984,7 @@ static void park_locked(struct sb *sb)
         if (pthread_mutex_trylock(&sb->py_lock) != 0)
                 return;
         cage_session_park(sb->session);
+        svc_contexts_park(sb);
         pthread_mutex_unlock(&sb->py_lock);
 }
 
