@@ -50,6 +50,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "server/e2b.h" /* the E2B-compatible listener */
 #include "server/http.h"
 #include "server/mcp_http.h" /* MCP: /mcp */
 #include "services/config.h"
@@ -64,15 +65,16 @@
 #define HTTP_DISCARD_MAX     (64ULL * 1024 * 1024) /* past the limit, then close */
 #define HTTP_LOG_PATH_MAX    256 /* bytes of a path kept in logs and audit records */
 #define HTTP_METHOD_MAX      16  /* bytes kept of a method, with its NUL */
-#define DESCRIBE_MAX         (2 * 128 + 64)
+#define DESCRIBE_MAX         (2 * 128 + 160)
 
 struct cage_http_server {
         struct http_context ctx;
         struct MHD_Daemon *daemons[2];
         size_t n_daemons;
         int shutdown_pipe[2];
-        char *unix_path;      /* the socket we created, removed at stop */
-        struct mcp_http *mcp; /* MCP: the /mcp endpoint (mcp_http.c) */
+        char *unix_path;        /* the socket we created, removed at stop */
+        struct mcp_http *mcp;   /* MCP: the /mcp endpoint (mcp_http.c) */
+        struct e2b_server *e2b; /* e2b.listen (e2b_http.c), or NULL */
         char describe[DESCRIBE_MAX];
 };
 
@@ -741,6 +743,13 @@ int cage_http_start(const struct cage_config *cfg, struct cage_service *svc,
                 return r;
         if ((r = start_listeners(srv, err)) < 0)
                 return r;
+        if ((r = e2b_start(cfg, svc, srv->ctx.redactor, srv->ctx.shutdown_fd, &srv->e2b, err)) < 0)
+                return r;
+        if (srv->e2b) {
+                size_t n = strlen(srv->describe);
+                snprintf(srv->describe + n, sizeof(srv->describe) - n, " and e2b %s",
+                         e2b_describe(srv->e2b));
+        }
         *ret = TAKE_PTR(srv);
         return 0;
 }
@@ -767,6 +776,7 @@ struct cage_http_server *cage_http_stop(struct cage_http_server *srv)
                 (void)!write(srv->shutdown_pipe[1], "x", 1);
         for (size_t i = 0; i < srv->n_daemons; i++)
                 MHD_stop_daemon(srv->daemons[i]);
+        srv->e2b = e2b_stop(srv->e2b);
         mcp_http_free(srv->mcp); /* MCP: after every connection is gone */
         remove_socket(srv->unix_path);
         free(srv->unix_path);
