@@ -53,3 +53,18 @@ codecage_install_mcp_clients() {
         fi
         "$(dirname "${BASH_SOURCE[0]}")/../tests/mcp/install.sh"
 }
+
+# E2B: the pinned E2B SDKs that tests/e2b/run.mjs drives (tests/e2b/package-lock.json:
+# e2b 2.51.0, 2.50.0, 2.45.0, @e2b/code-interpreter 2.8.0 and Node 22, into
+# tests/e2b/node_modules). Debian's npm only fetches them; idempotent.
+codecage_install_e2b_sdks() {
+        if ! command -v npm >/dev/null; then
+                if [ "$(id -u)" != 0 ]; then
+                        echo "codecage: run as root (or install npm) for the E2B SDKs" >&2
+                        return 1
+                fi
+                DEBIAN_FRONTEND=noninteractive apt-get update -q
+                DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends npm
+        fi
+        "$(dirname "${BASH_SOURCE[0]}")/../tests/e2b/install.sh"
+}
