@@ -67,6 +67,11 @@ struct cage_service_io {
          * may be NULL. */
         void (*on_status)(void *ctx, const char *status);
         void *on_status_ctx;
+        /* exec only: with stdin_stream, the program's stdin is stdin_fd, the
+         * read end of a pipe the caller writes to while it runs (and closes
+         * for EOF); the request's "stdin" text is then ignored. */
+        bool stdin_stream;
+        int stdin_fd;
 };
 
 /* Opens the data directory, the store and the audit log, removes whatever

@@ -12,16 +12,20 @@
  * it at once. pids are the table's own numbers (from 1000 up), not the
  * sandbox's: codecage does not expose its process ids.
  *
+ * A command started with `stdin: true` reads its stdin from a pipe whose
+ * writing end the table keeps: SendInput writes to it (waiting at most
+ * STDIN_WAIT_MS for a command that does not read), CloseStdin closes it (the
+ * command reads EOF). Without it, its stdin is empty.
+ *
  * What is not served answers `unimplemented` with a message saying so:
- * PTYs (Start with pty, Update), input after the start (SendInput,
- * StreamInput). A command's stdin is empty, so CloseStdin has nothing to
- * close and succeeds.
+ * PTYs (Start with pty, Update, pty input), the client stream StreamInput.
  *
  * Workers are counted (e2b_process_wait_idle) so the listener can stop
  * only after every command ended. */
 #include <errno.h>
 #include <fcntl.h>
 #include <microhttpd.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,14 +36,18 @@
 #include "services/config.h"
 #include "services/redact.h"
 #include "services/service.h"
+#include "util/base64.h"
 #include "util/cleanup.h"
+#include "util/clock.h"
 #include "util/error.h"
+#include "util/fdutil.h"
 #include "util/sse_queue.h"
 
-#define SUBS_MAX  8            /* streams attached to one command */
-#define QUEUE_MAX (256 * 1024) /* bytes of envelopes waiting per stream */
-#define PROCS_MAX 256          /* running commands per sandbox */
-#define TAG_MAX   256
+#define SUBS_MAX      8            /* streams attached to one command */
+#define QUEUE_MAX     (256 * 1024) /* bytes of envelopes waiting per stream */
+#define PROCS_MAX     256          /* running commands per sandbox */
+#define TAG_MAX       256
+#define STDIN_WAIT_MS 10000 /* SendInput waits this long for a command to read */
 
 struct e2b_proc {
         struct e2b_proc *next; /* the box's table, under box->lock */
@@ -49,7 +57,8 @@ struct e2b_proc {
         json_t *config; /* {cmd, args, envs, cwd} as asked */
         json_t *req;    /* the exec request */
         int cancel[2];
-        pthread_mutex_t lock; /* subs */
+        int stdin_r, stdin_w; /* the command's stdin pipe, or -1 (stdin: false) */
+        pthread_mutex_t lock; /* subs, stdin_w */
         struct sse_queue *subs[SUBS_MAX];
         struct e2b_box *box;
         struct cage_service *svc;
@@ -96,6 +105,10 @@ static void proc_unref(struct e2b_proc *p)
         for (int i = 0; i < 2; i++)
                 if (p->cancel[i] >= 0)
                         close(p->cancel[i]);
+        if (p->stdin_r >= 0)
+                close(p->stdin_r);
+        if (p->stdin_w >= 0)
+                close(p->stdin_w);
         json_decref(p->config);
         json_decref(p->req);
         free(p->tag);
@@ -217,8 +230,11 @@ static void *worker_main(void *arg)
 {
         struct e2b_proc *p = arg;
         struct cage_error err = {0};
-        struct cage_service_io io = {
-                .on_output = on_output, .on_output_ctx = p, .cancel_fd = p->cancel[0]};
+        struct cage_service_io io = {.on_output = on_output,
+                                     .on_output_ctx = p,
+                                     .cancel_fd = p->cancel[0],
+                                     .stdin_stream = p->stdin_r >= 0,
+                                     .stdin_fd = p->stdin_r};
         json_auto_t *res = NULL;
         int r = cage_service_exec(p->svc, p->box->tenant, p->box->id, p->req, &io, &res, &err);
         json_auto_t *end = r == 0 ? end_event(res) : NULL;
@@ -284,13 +300,14 @@ static int exec_request(const struct e2b_call *c, const json_t *proc, json_t **r
 }
 
 static struct e2b_proc *proc_new(const struct e2b_call *c, json_t *config, json_t *req,
-                                 const char *tag)
+                                 const char *tag, bool with_stdin)
 {
         struct e2b_proc *p = calloc(1, sizeof(*p));
         if (!p)
                 return NULL;
         p->refs = 1;
         p->cancel[0] = p->cancel[1] = -1;
+        p->stdin_r = p->stdin_w = -1;
         pthread_mutex_init(&p->lock, NULL);
         p->box = c->box;
         __atomic_add_fetch(&c->box->refs, 1, __ATOMIC_ACQ_REL);
@@ -299,10 +316,16 @@ static struct e2b_proc *proc_new(const struct e2b_call *c, json_t *config, json_
         p->config = json_incref(config);
         p->req = json_incref(req);
         p->tag = tag ? strndup(tag, TAG_MAX) : NULL;
-        if (pipe2(p->cancel, O_CLOEXEC | O_NONBLOCK) < 0 || (tag && !p->tag)) {
+        int in[2] = {-1, -1};
+        if (pipe2(p->cancel, O_CLOEXEC | O_NONBLOCK) < 0 || (tag && !p->tag) ||
+            (with_stdin && pipe2(in, O_CLOEXEC) < 0)) {
                 proc_unref(p);
                 return NULL;
         }
+        p->stdin_r = in[0];
+        p->stdin_w = in[1];
+        if (p->stdin_w >= 0)
+                fd_set_nonblock(p->stdin_w, true);
         return p;
 }
 
@@ -373,7 +396,8 @@ static void start(struct e2b_call *c, struct e2b_reply *reply)
         if (r < 0)
                 return fail_stream(reply, e2b_connect_code_of(r), err.message);
         const char *tag = json_string_value(json_object_get(msg, "tag"));
-        struct e2b_proc *p = proc_new(c, (json_t *)proc, req, tag);
+        struct e2b_proc *p =
+                proc_new(c, (json_t *)proc, req, tag, json_is_true(json_object_get(msg, "stdin")));
         if (!p)
                 return fail_stream(reply, CONNECT_INTERNAL, "out of memory");
         if (list_add(p) < 0) {
@@ -461,7 +485,7 @@ static void send_signal(struct e2b_call *c, struct e2b_reply *reply)
         reply->json = json_object();
 }
 
-/* CloseStdin: a command's stdin is empty and closed from the start. */
+/* CloseStdin: the command reads EOF (a command without stdin has it already). */
 static void close_stdin(struct e2b_call *c, struct e2b_reply *reply)
 {
         json_auto_t *msg = NULL;
@@ -470,7 +494,74 @@ static void close_stdin(struct e2b_call *c, struct e2b_reply *reply)
         struct e2b_proc *p = find(c->box, json_object_get(msg, "process"));
         if (!p)
                 return fail(reply, CONNECT_NOT_FOUND, "no such process");
+        pthread_mutex_lock(&p->lock);
+        if (p->stdin_w >= 0) {
+                close(p->stdin_w);
+                p->stdin_w = -1;
+        }
+        pthread_mutex_unlock(&p->lock);
         proc_unref(p);
+        reply->status = 200;
+        reply->json = json_object();
+}
+
+/* Writes all of data to fd (non-blocking), waiting up to STDIN_WAIT_MS for
+ * room: 0, -EAGAIN (the command does not read), -EPIPE (it closed its stdin). */
+static int write_input(int fd, const char *data, size_t len)
+{
+        uint64_t deadline = clock_mono_ms() + STDIN_WAIT_MS;
+        while (len > 0) {
+                ssize_t n = write(fd, data, len);
+                if (n > 0) {
+                        data += n;
+                        len -= (size_t)n;
+                        continue;
+                }
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0 && errno != EAGAIN)
+                        return -errno;
+                uint64_t now = clock_mono_ms();
+                if (now >= deadline)
+                        return -EAGAIN;
+                struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+                (void)poll(&pfd, 1, (int)(deadline - now));
+        }
+        return 0;
+}
+
+static void send_input(struct e2b_call *c, struct e2b_reply *reply)
+{
+        json_auto_t *msg = NULL;
+        if (unary_message(c, reply, &msg) < 0)
+                return;
+        const json_t *input = json_object_get(msg, "input");
+        const json_t *data = json_object_get(input, "stdin");
+        if (json_object_get(input, "pty"))
+                return fail(reply, CONNECT_UNIMPLEMENTED, "codecage does not offer PTYs");
+        _cleanup_free_ void *bytes = NULL;
+        size_t len = 0;
+        if (!json_is_string(data) ||
+            (json_string_length(data) &&
+             cage_base64_decode(json_string_value(data), json_string_length(data), &bytes, &len) <
+                     0))
+                return fail(reply, CONNECT_INVALID_ARGUMENT, "input.stdin: base64 bytes");
+        struct e2b_proc *p = find(c->box, json_object_get(msg, "process"));
+        if (!p)
+                return fail(reply, CONNECT_NOT_FOUND, "no such process");
+        pthread_mutex_lock(&p->lock);
+        int r = p->stdin_w < 0 ? -EBADF : write_input(p->stdin_w, bytes, len);
+        pthread_mutex_unlock(&p->lock);
+        proc_unref(p);
+        if (r == -EBADF)
+                return fail(reply, CONNECT_FAILED_PRECONDITION,
+                            "the command has no stdin: start it with stdin, and before "
+                            "closing it");
+        if (r == -EAGAIN)
+                return fail(reply, CONNECT_RESOURCE_EXHAUSTED,
+                            "the command does not read its stdin: its pipe is full");
+        if (r < 0)
+                return fail(reply, CONNECT_FAILED_PRECONDITION, "the command closed its stdin");
         reply->status = 200;
         reply->json = json_object();
 }
@@ -513,10 +604,11 @@ int e2b_process(struct e2b_call *c, struct e2b_reply *reply)
                 close_stdin(c, reply);
         else if (strcmp(m, "Connect") == 0)
                 connect_proc(c, reply);
-        else if (strcmp(m, "SendInput") == 0 || strcmp(m, "StreamInput") == 0)
+        else if (strcmp(m, "SendInput") == 0)
+                send_input(c, reply);
+        else if (strcmp(m, "StreamInput") == 0)
                 fail(reply, CONNECT_UNIMPLEMENTED,
-                     "codecage does not offer input to a running command: pass the input in "
-                     "the command itself (a pipe or a here-document)");
+                     "codecage does not offer StreamInput: send input with SendInput");
         else if (strcmp(m, "Update") == 0)
                 fail(reply, CONNECT_UNIMPLEMENTED, "codecage does not offer PTYs");
         else

@@ -164,6 +164,20 @@ cases['commands: background, list, kill'] = async (own) => {
   eq(await sbx.commands.kill(handle.pid), false, 'killing it again answers false')
 }
 
+cases['commands: stdin'] = async (own) => {
+  const sbx = await own(() => sdk.Sandbox.create(opts()))
+  const h = await sbx.commands.run('tr a-z A-Z', { background: true, stdin: true })
+  await h.sendStdin('hello ')
+  await sbx.commands.sendStdin(h.pid, new TextEncoder().encode('stdin\n'))
+  await h.closeStdin()
+  const r = await h.wait()
+  eq(r.stdout, 'HELLO STDIN\n', 'the command read what was sent, then EOF')
+  const plain = await sbx.commands.run('sleep 30', { background: true })
+  await rejects(plain.sendStdin('x'), (e) => /no stdin/.test(e.message), 'input to a command without stdin')
+  await plain.kill()
+  eq((await sbx.commands.run('cat; echo end')).stdout, 'end\n', 'without stdin, stdin is empty')
+}
+
 cases['files: write, read, list, exists, makeDir, rename, remove, binary'] = async (own) => {
   const sbx = await own(() => sdk.Sandbox.create(opts()))
   const info = await sbx.files.write('notes/a.txt', 'hello files')
