@@ -14,6 +14,8 @@
  *   e2b_fs.c        filesystem.Filesystem and GET/POST /files
  *   e2b_code.c      the code interpreter: /execute on Python sessions,
  *                   /contexts as extra sessions
+ *   e2b_parse.c     the parsers of what clients send that is not JSON
+ *                   (Connect envelopes, multipart bodies, list filters)
  * Everything reaches sandboxes through the service (cage_service_*), with
  * the tenant that made the sandbox. */
 #ifndef CODECAGE_SERVER_E2B_H
@@ -163,9 +165,28 @@ void e2b_connect_error(struct e2b_reply *reply, enum e2b_connect_code code, cons
  * envelope): how a server stream refuses. */
 void e2b_connect_stream_error(struct e2b_reply *reply, enum e2b_connect_code code,
                               const char *message);
-/* The message of a stream request: its one envelope, parsed; -EINVAL with
- * err filled for anything else. */
+/* e2b_parse.c. The message of a stream request: its one envelope,
+ * parsed; -EINVAL with err filled for anything else. */
 int e2b_connect_stream_message(const char *body, size_t len, json_t **ret, struct cage_error *err);
+/* The boundary of a multipart/form-data Content-Type, as it appears in the
+ * body ("--" + boundary); false without a usable one. */
+#define E2B_BOUNDARY_MAX 200
+bool e2b_multipart_boundary(const char *content_type, char *out, size_t out_len);
+/* One part of a multipart body: its bytes (borrowed from the body) and the
+ * filename of its Content-Disposition (NULL without one). */
+struct e2b_part {
+        const char *data;
+        size_t len;
+        char *filename;
+};
+/* The part at *pos (0 at first): 1 with *ret filled and *pos moved on, 0 at
+ * the closing boundary, -EINVAL for a malformed body. */
+int e2b_multipart_next(const char *body, size_t len, const char *boundary, size_t *pos,
+                       struct e2b_part *ret);
+void e2b_part_clear(struct e2b_part *part);
+/* Whether metadata ({key: value}) has every pair of filter ("k=v&k2=v2",
+ * keys and values percent-encoded); -EINVAL for a malformed filter. */
+int e2b_metadata_matches(const char *filter, const json_t *metadata, bool *ret);
 /* Pushes msg as a data envelope (flags 0) onto q. */
 int e2b_connect_push(struct sse_queue *q, json_t *msg);
 /* Pushes the end-of-stream envelope (flags 2): {} or {"error": {...}}. */

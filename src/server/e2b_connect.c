@@ -22,8 +22,7 @@
 #include "util/error.h"
 #include "util/sse_queue.h"
 
-#define FLAG_COMPRESSED 0x01
-#define FLAG_END        0x02
+#define FLAG_END 0x02
 
 static const struct {
         const char *name;
@@ -116,26 +115,6 @@ void e2b_connect_stream_error(struct e2b_reply *reply, enum e2b_connect_code cod
         reply->raw_len = n + 5;
         reply->status = 200;
         reply->content_type = "application/connect+json";
-}
-
-int e2b_connect_stream_message(const char *body, size_t len, json_t **ret, struct cage_error *err)
-{
-        if (len < 5)
-                return cage_fail(err, -EINVAL, "a Connect stream request needs one envelope");
-        const unsigned char *p = (const unsigned char *)body;
-        size_t n = (size_t)p[1] << 24 | (size_t)p[2] << 16 | (size_t)p[3] << 8 | p[4];
-        if (p[0] & FLAG_COMPRESSED)
-                return cage_fail(err, -EINVAL, "compressed envelopes are not accepted");
-        if (n != len - 5)
-                return cage_fail(err, -EINVAL, "the request must be exactly one envelope");
-        json_error_t jerr;
-        json_t *msg = json_loadb(body + 5, n, JSON_REJECT_DUPLICATES, &jerr);
-        if (!json_is_object(msg)) {
-                json_decref(msg);
-                return cage_fail(err, -EINVAL, "the request message must be a JSON object");
-        }
-        *ret = msg;
-        return 0;
 }
 
 static int push_envelope(struct sse_queue *q, unsigned char flags, json_t *msg)

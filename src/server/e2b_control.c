@@ -207,31 +207,6 @@ static int create(struct e2b_call *c, struct e2b_reply *reply, struct cage_error
 
 /* ---- list ----------------------------------------------------------------------- */
 
-/* Whether every pair of the `metadata` query value ("k=v&k2=v2", each key
- * and value percent-encoded once more) is in box's metadata. */
-static int metadata_matches(const char *filter, const struct e2b_box *box, bool *ret)
-{
-        _cleanup_free_ char *copy = strdup(filter);
-        if (!copy)
-                return -ENOMEM;
-        *ret = true;
-        char *save = NULL;
-        for (char *pair = strtok_r(copy, "&", &save); pair && *ret;
-             pair = strtok_r(NULL, "&", &save)) {
-                char *eq = strchr(pair, '=');
-                _cleanup_free_ char *k = NULL, *v = NULL;
-                if (!eq)
-                        return -EINVAL;
-                *eq = '\0';
-                if (http_decode(pair, strlen(pair), true, &k) < 0 ||
-                    http_decode(eq + 1, strlen(eq + 1), true, &v) < 0)
-                        return -EINVAL;
-                const char *have = json_string_value(json_object_get(box->metadata, k));
-                *ret = have && strcmp(have, v) == 0;
-        }
-        return 0;
-}
-
 /* Whether the query asks for states and none of them is "running". */
 static bool state_excludes_running(const char *query)
 {
@@ -293,7 +268,8 @@ static int list(struct e2b_call *c, struct e2b_reply *reply, struct cage_error *
         for (size_t i = 0; out && r == 0 && i < n; i++) {
                 struct e2b_box *b = boxes[i];
                 bool match = !excluded && past_token;
-                if (match && q.metadata && metadata_matches(q.metadata, b, &match) < 0)
+                if (match && q.metadata &&
+                    e2b_metadata_matches(q.metadata, b->metadata, &match) < 0)
                         r = cage_fail(err, -EINVAL, "metadata: must be key=value pairs");
                 if (match && q.template_id)
                         match = strcmp(q.template_id, b->template_id) == 0;

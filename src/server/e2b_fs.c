@@ -293,76 +293,34 @@ static int write_one(struct e2b_call *c, const char *rel, const void *data, size
         return json_array_append_new(out, e) < 0 ? -ENOMEM : 0;
 }
 
-/* The boundary of a multipart/form-data Content-Type into out. */
-static bool boundary_of(const char *ct, char *out, size_t out_len)
-{
-        const char *b = ct ? strcasestr(ct, "boundary=") : NULL;
-        if (!b)
-                return false;
-        b += strlen("boundary=");
-        bool quoted = *b == '"';
-        b += quoted;
-        size_t n = strcspn(b, quoted ? "\"" : "; \t");
-        if (n == 0 || n + 3 > out_len)
-                return false;
-        snprintf(out, out_len, "--%.*s", (int)n, b);
-        return true;
-}
-
-static const char *find_bytes(const char *hay, size_t hay_len, const char *needle)
-{
-        return memmem(hay, hay_len, needle, strlen(needle));
-}
-
-/* The filename="..." of a part's headers (undici %-escapes '"', CR, LF). */
-static int part_filename(const char *head, size_t len, char **ret)
-{
-        const char *f = memmem(head, len, "filename=\"", 10);
-        if (!f)
-                return -ENOENT;
-        f += 10;
-        const char *end = memchr(f, '"', (size_t)(head + len - f));
-        if (!end)
-                return -EINVAL;
-        return http_decode(f, (size_t)(end - f), false, ret);
-}
-
 static int multipart(struct e2b_call *c, const char *path_rel, bool path_given, json_t *out,
                      struct cage_error *err)
 {
-        char boundary[256];
+        char boundary[E2B_BOUNDARY_MAX + 3];
         const char *ct =
                 MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
-        if (!boundary_of(ct, boundary, sizeof(boundary)))
+        if (!e2b_multipart_boundary(ct, boundary, sizeof(boundary)))
                 return cage_fail(err, -EINVAL, "a multipart body needs its boundary");
-        const char *p = c->body, *end = c->body + c->body_len;
-        const char *part = find_bytes(p, c->body_len, boundary);
-        for (unsigned n = 0; part && n < PARTS_MAX; n++) {
-                part += strlen(boundary);
-                if (end - part >= 2 && part[0] == '-' && part[1] == '-')
-                        return 0; /* the closing boundary */
-                const char *head_end = find_bytes(part, (size_t)(end - part), "\r\n\r\n");
-                if (!head_end)
-                        return cage_fail(err, -EINVAL, "a multipart part without headers");
-                const char *data = head_end + 4;
-                const char *next = find_bytes(data, (size_t)(end - data), boundary);
-                if (!next || next - data < 2)
-                        return cage_fail(err, -EINVAL, "a multipart part without its end");
-                _cleanup_free_ char *fname = NULL;
+        size_t pos = 0;
+        for (unsigned n = 0; n < PARTS_MAX; n++) {
+                struct e2b_part part;
                 char rel[PATH_MAX_LEN + 1];
-                int r = path_given ? 0 : part_filename(part, (size_t)(head_end - part), &fname);
+                int r = e2b_multipart_next(c->body, c->body_len, boundary, &pos, &part);
+                if (r <= 0)
+                        return r < 0 ? cage_fail(err, r, "a malformed multipart body") : 0;
+                if (!path_given && !part.filename)
+                        r = cage_fail(err, -EINVAL,
+                                      "path: required (in the query or as the part's filename)");
+                else if (!path_given)
+                        r = e2b_workspace_path(part.filename, rel, sizeof(rel), err);
+                if (r >= 0)
+                        r = write_one(c, path_given ? path_rel : rel, part.data, part.len, out,
+                                      err);
+                e2b_part_clear(&part);
                 if (r < 0)
-                        return cage_fail(err, -EINVAL,
-                                         "path: required (in the query or as the "
-                                         "part's filename)");
-                if (!path_given && (r = e2b_workspace_path(fname, rel, sizeof(rel), err)) < 0)
                         return r;
-                if ((r = write_one(c, path_given ? path_rel : rel, data, (size_t)(next - 2 - data),
-                                   out, err)) < 0)
-                        return r;
-                part = next;
         }
-        return cage_fail(err, -EINVAL, "a multipart body without its closing boundary");
+        return cage_fail(err, -E2BIG, "more than %d parts", PARTS_MAX);
 }
 
 static void files_post(struct e2b_call *c, struct e2b_reply *reply)
