@@ -42,6 +42,8 @@ VALUE_MAX = 8 << 20  # the JSON of a `get` value; of a `variables` list
 RETURN_MAX = 1 << 20  # the most a run's `return_max` may ask for
 TEXT_MAX = 65536  # `get` reprs, error messages, tracebacks
 NAME_MAX = 256  # type names
+IMAGES_MAX = 16  # figures of one run sent back as PNG
+IMAGES_TEXT_MAX = 8 << 20  # their base64 text, in all (a frame holds 16 MiB of JSON)
 CO_COROUTINE = 0x80  # inspect.CO_COROUTINE, without importing inspect
 COMPILE_FLAGS = _ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
 
@@ -333,7 +335,34 @@ def exit_code_of(exc):
     return 1
 
 
-def done_frame(value_json, value_repr, error, duration_ms, host_calls, exit_code=None):
+def figures():
+    """The open matplotlib figures as PNG (base64 text), then closed: what a
+    notebook shows at the end of a cell. Nothing when the code never
+    imported pyplot; at most IMAGES_MAX images and IMAGES_TEXT_MAX of text."""
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is None:
+        return []
+    images, total = [], 0
+    try:
+        import base64
+        import io
+
+        for num in plt.get_fignums()[:IMAGES_MAX]:
+            buf = io.BytesIO()
+            plt.figure(num).savefig(buf, format="png")
+            text = base64.b64encode(buf.getvalue()).decode("ascii")
+            if total + len(text) > IMAGES_TEXT_MAX:
+                break
+            images.append(text)
+            total += len(text)
+        plt.close("all")
+    except Exception:
+        pass
+    return images
+
+
+def done_frame(value_json, value_repr, error, duration_ms, host_calls, exit_code=None,
+               images=()):
     frame = {
         "op": "done",
         "status": "ok" if error is None else "error",
@@ -343,6 +372,8 @@ def done_frame(value_json, value_repr, error, duration_ms, host_calls, exit_code
         "duration_ms": round(duration_ms, 3),
         "host_calls": host_calls,
     }
+    if images:
+        frame["images"] = list(images)
     return with_raw(frame, "return_value", value_json)
 
 
@@ -587,7 +618,9 @@ class Session:
         if signal.getsignal(signal.SIGINT) is not self.sigint:
             signal.signal(signal.SIGINT, self.sigint)
         flush_streams()
-        return done_frame(value_json, value_repr, error, duration_ms, self.calls, exit_code)
+        images = figures()
+        return done_frame(value_json, value_repr, error, duration_ms, self.calls, exit_code,
+                          images)
 
     def register(self, name):
         """Installs a host function the server names in a run."""

@@ -4,7 +4,8 @@
  *   POST /execute   {code, context_id?, language?} -> NDJSON, one object a
  *                   line: number_of_executions, stdout / stderr as the code
  *                   writes them, result (`text`: the repr of the last
- *                   expression, is_main_result), error (name, value,
+ *                   expression, is_main_result; `png`: each matplotlib
+ *                   figure left open by the code), error (name, value,
  *                   traceback), end_of_execution; a keepalive line after
  *                   15 s of silence. The client going away interrupts the
  *                   run.
@@ -248,10 +249,16 @@ static void flush(struct run *run)
         }
 }
 
-/* The result and error lines of a finished run. */
+/* The result and error lines of a finished run: its figures first (as a
+ * notebook shows them), then the error or the last expression's value. */
 static void emit_result(struct run *run, const json_t *res)
 {
         const json_t *error = json_object_get(res, "error");
+        size_t i;
+        json_t *png;
+        json_array_foreach(json_object_get(res, "images"), i, png)(void)
+                line(run->q, json_pack("{s:s, s:O, s:b}", "type", "result", "png", png,
+                                       "is_main_result", false));
         const char *status = json_string_value(json_object_get(res, "status"));
         if (json_is_object(error)) {
                 (void)line(run->q, json_pack("{s:s, s:O, s:O, s:O}", "type", "error", "name",

@@ -34,9 +34,8 @@
 #include "util/clock.h"
 #include "util/error.h"
 
-#define TIMEOUT_DEFAULT_S 15 /* E2B's default when a create names none */
+#define TIMEOUT_DEFAULT_S 300 /* a create without timeout: the SDKs' DEFAULT_SANDBOX_TIMEOUT_MS */
 #define LIST_LIMIT_MAX    100
-#define QUERY_VALUE_MAX   4096
 
 static int not_offered(struct cage_error *err, const char *what)
 {
