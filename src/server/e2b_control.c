@@ -14,9 +14,9 @@
  * A create becomes a codecage named sandbox (e2b_registry.c): templateID
  * "base" or "code-interpreter-v1" is the host image, anything else an
  * image reference (docs/IMAGES.md); envVars its env, metadata its labels,
- * the network only when asked (allow_internet_access: true, or
- * network.allowOut) and then only as far as the config allows (the
- * service decides). Another tenant's sandbox is a 404, like one that does
+ * the network only when asked (allow_internet_access: true gives what the
+ * config's network.allow admits; network.allowOut names hosts, refused
+ * when the config does not cover them). Another tenant's sandbox is a 404, like one that does
  * not exist. Everything else E2B's API has (pause and resume, snapshots,
  * forks, metrics, templates, volumes, ...) answers 501 in E2B's error shape
  * with a message saying codecage does not offer it. */
@@ -110,8 +110,26 @@ static int check_unoffered(const json_t *body, struct cage_error *err)
         return 0;
 }
 
-/* The spec's network list: none unless asked for. */
-static int network_of(const json_t *body, json_t *spec, struct cage_error *err)
+/* allowInternetAccess: every host the server's network.allow admits (its
+ * address ranges aside: a sandbox's list names hosts and addresses). */
+static int policy_hosts(const struct cage_config *cfg, json_t *list)
+{
+        json_auto_t *all = egress_allowlist_to_json(&cfg->network.allow);
+        if (!all)
+                return -ENOMEM;
+        size_t i;
+        json_t *h;
+        json_array_foreach(all, i, h) if (!strchr(json_string_value(h), '/'))
+                json_array_append(list, h);
+        return 0;
+}
+
+/* The spec's network list: none unless asked for, and then what the
+ * request names (network.allowOut) or what the policy allows
+ * (allow_internet_access); the service refuses what the policy does not
+ * cover. */
+static int network_of(const struct cage_config *cfg, const json_t *body, json_t *spec,
+                      struct cage_error *err)
 {
         const json_t *allow = json_object_get(json_object_get(body, "network"), "allowOut");
         json_auto_t *list = json_array();
@@ -130,8 +148,9 @@ static int network_of(const json_t *body, json_t *spec, struct cage_error *err)
                         bool all = strcmp(json_string_value(h), "0.0.0.0/0") == 0;
                         json_array_append_new(list, all ? json_string("*") : json_incref(h));
                 }
-        } else if (json_is_true(json_object_get(body, "allow_internet_access"))) {
-                json_array_append_new(list, json_string("*"));
+        } else if (json_is_true(json_object_get(body, "allow_internet_access")) &&
+                   policy_hosts(cfg, list) < 0) {
+                return -ENOMEM;
         }
         return json_array_size(list) ? json_object_set(spec, "network", list) : 0;
 }
@@ -155,8 +174,8 @@ static int timeout_of(const struct e2b_call *c, const json_t *body, const char *
         return 0;
 }
 
-static int build_spec(const json_t *body, const char *template_id, json_t **ret,
-                      struct cage_error *err)
+static int build_spec(const struct cage_config *cfg, const json_t *body, const char *template_id,
+                      json_t **ret, struct cage_error *err)
 {
         json_auto_t *spec = json_object();
         if (!spec)
@@ -169,7 +188,7 @@ static int build_spec(const json_t *body, const char *template_id, json_t **ret,
                 json_object_set(spec, "env", (json_t *)env);
         if (meta && !json_is_null(meta))
                 json_object_set(spec, "labels", (json_t *)meta);
-        int r = network_of(body, spec, err);
+        int r = network_of(cfg, body, spec, err);
         if (r < 0)
                 return r;
         *ret = TAKE_PTR(spec);
@@ -192,7 +211,7 @@ static int create(struct e2b_call *c, struct e2b_reply *reply, struct cage_error
         const json_t *meta = json_object_get(body, "metadata");
         if ((r = check_unoffered(body, err)) < 0 ||
             (r = timeout_of(c, body, "timeout", TIMEOUT_DEFAULT_S, &timeout_s, err)) < 0 ||
-            (r = build_spec(body, template_id, &spec, err)) < 0)
+            (r = build_spec(c->cfg, body, template_id, &spec, err)) < 0)
                 return r;
         r = e2b_registry_create(c->reg, c->tenant, spec, template_id, timeout_s,
                                 json_is_object(meta) ? (json_t *)meta : NULL, &box, err);

@@ -42,28 +42,29 @@ async function startServer() {
       { name: 'bob', token: BOB },
     ],
     e2b: { listen: '127.0.0.1:0', timeout_s_max: 3600 },
+    network: { allow: ['*.example.com', 'example.org:443', '10.9.8.0/24'] },
   }
   fs.writeFileSync(path.join(tmp, 'config.json'), JSON.stringify(config))
   const log = fs.openSync(path.join(tmp, 'serve.log'), 'w')
   const proc = spawn(path.join(BUILD, 'codecage'), ['serve', '--config', path.join(tmp, 'config.json')], {
     stdio: ['ignore', log, 'pipe'],
   })
-  const url = await new Promise((resolve, reject) => {
+  const [url, main] = await new Promise((resolve, reject) => {
     let text = ''
     const timer = setTimeout(() => reject(new Error('the server did not start: ' + text)), 30_000)
     proc.stderr.on('data', (chunk) => {
       text += chunk
       fs.writeSync(log, chunk)
-      const m = text.match(/e2b (http:\/\/127\.0\.0\.1:\d+)/)
+      const m = text.match(/serving on (http:\/\/127\.0\.0\.1:\d+) .* e2b (http:\/\/127\.0\.0\.1:\d+)/)
       if (m) {
         clearTimeout(timer)
-        resolve(m[1])
+        resolve([m[2], m[1]])
       }
     })
     proc.on('exit', (code) => reject(new Error(`the server exited (${code}): ${text}`)))
   })
   proc.stderr.on('data', (chunk) => fs.writeSync(log, chunk))
-  return { proc, url, tmp }
+  return { proc, url, main, tmp }
 }
 
 // ---- helpers -----------------------------------------------------------------
@@ -338,6 +339,29 @@ cases['long runs: keep-alives do not disturb the SDKs'] = async (own) => {
   eq(code.text, "'awake'", 'code silent for 17 s')
 }
 
+// The sandbox's network list as codecage's own API shows it.
+async function networkOf(id) {
+  const r = await fetch(`${MAIN}/v1/sandboxes/${id}`, { headers: { Authorization: `Bearer ${ALICE}` } })
+  eq(r.status, 200, '/v1 shows the sandbox')
+  return (await r.json()).spec.network
+}
+
+cases['network: off by default, on only as far as the policy allows'] = async (own) => {
+  const off = await own(() => sdk.Sandbox.create(opts()))
+  eq(await networkOf(off.sandboxId), [], 'no network unless asked')
+  eq((await off.getInfo()).allowInternetAccess, false, 'getInfo says so')
+  eq((await off.commands.run('echo "${HTTPS_PROXY:-none}"')).stdout, 'none\n', 'no proxy inside')
+  const on = await own(() => sdk.Sandbox.create({ ...opts(), allowInternetAccess: true }))
+  eq(await networkOf(on.sandboxId), ['*.example.com', 'example.org:443'], 'allowInternetAccess: the hosts the policy admits')
+  eq((await on.getInfo()).allowInternetAccess, true, 'getInfo says so')
+  assert((await on.commands.run('echo "$HTTPS_PROXY"')).stdout.startsWith('http://'), 'the egress proxy inside')
+  const named = await own(() => sdk.Sandbox.create({ ...opts(), network: { allowOut: ['api.example.com'] } }))
+  eq(await networkOf(named.sandboxId), ['api.example.com'], 'network.allowOut: those hosts')
+  const refused = await rejects(sdk.Sandbox.create({ ...opts(), network: { allowOut: ['evil.test'] } }), () => true, 'a host the policy does not admit')
+  assert(/evil\.test/.test(refused.message) && /403/.test(refused.message), 'refused by policy: ' + refused.message)
+  await rejects(sdk.Sandbox.create({ ...opts(), network: { allowOut: ['0.0.0.0/0'] } }), () => true, 'everything, which the policy does not allow')
+}
+
 cases['a wrong API key is refused'] = async () => {
   await rejects(sdk.Sandbox.create({ apiKey: 'e2b_' + '0'.repeat(40) }), (e) => e instanceof sdk.AuthenticationError, 'create with a wrong key')
   await rejects(sdk.Sandbox.list({ apiKey: 'e2b_' + '1'.repeat(40) }).nextItems(), (e) => e instanceof sdk.AuthenticationError, 'list with a wrong key')
@@ -385,6 +409,7 @@ cases['sandboxes and commands left running when the server stops'] = async () =>
 
 const wanted = process.argv.slice(2)
 const server = await startServer()
+const MAIN = server.main
 process.env.E2B_API_URL = server.url
 process.env.E2B_SANDBOX_URL = server.url
 let passed = 0
