@@ -191,6 +191,11 @@ int e2b_metadata_matches(const char *filter, const json_t *metadata, bool *ret);
 int e2b_connect_push(struct sse_queue *q, json_t *msg);
 /* Pushes the end-of-stream envelope (flags 2): {} or {"error": {...}}. */
 int e2b_connect_push_end(struct sse_queue *q, int code, const char *message);
+/* A streaming response reading q (it takes a reference); when MHD is done
+ * with it the queue is closed (a waiting producer returns) and
+ * release(arg) runs, if given. NULL on ENOMEM (release not run). */
+struct MHD_Response *e2b_stream_response(struct sse_queue *q, const char *content_type,
+                                         void (*release)(void *arg), void *arg);
 /* A streaming Connect response reading q; keepalive: the envelope sent
  * after a silence. */
 struct MHD_Response *e2b_connect_stream_response(struct sse_queue *q, json_t *keepalive);

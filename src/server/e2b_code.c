@@ -174,7 +174,10 @@ static void repr(struct buf *b, const json_t *v, int depth)
 
 /* ---- /execute --------------------------------------------------------------- */
 
+/* One /execute: referenced by its worker and by its response, so the
+ * cancel pipe (the queue's close_fd) outlives both. */
 struct run {
+        int refs;
         struct sse_queue *q;
         int cancel[2];
         struct cage_service *svc;
@@ -184,8 +187,11 @@ struct run {
         struct text_sanitizer san[2];
 };
 
-static void run_free(struct run *run)
+static void run_unref(void *arg)
 {
+        struct run *run = arg;
+        if (__atomic_sub_fetch(&run->refs, 1, __ATOMIC_ACQ_REL) > 0)
+                return;
         sse_queue_unref(run->q);
         for (int i = 0; i < 2; i++)
                 if (run->cancel[i] >= 0)
@@ -308,7 +314,7 @@ static void *run_main(void *arg)
                 emit_result(run, res);
         (void)line(run->q, json_pack("{s:s}", "type", "end_of_execution"));
         sse_queue_end(run->q);
-        run_free(run);
+        run_unref(run);
         e2b_worker_done();
         return NULL;
 }
@@ -378,6 +384,7 @@ static void execute(struct e2b_call *c, struct e2b_reply *reply)
                 json_decref(req);
                 return http_error(reply, 500, "out of memory");
         }
+        run->refs = 1;
         run->cancel[0] = run->cancel[1] = -1;
         run->req = req;
         run->svc = c->svc;
@@ -389,7 +396,7 @@ static void execute(struct e2b_call *c, struct e2b_reply *reply)
         if (pipe2(run->cancel, O_CLOEXEC | O_NONBLOCK) < 0 ||
             !(run->q = sse_queue_new(QUEUE_MAX, ci ? ci->connect_fd : -1, c->shutdown_fd,
                                      run->cancel[1]))) {
-                run_free(run);
+                run_unref(run);
                 return http_error(reply, 500, "cannot start the run");
         }
         static const char keepalive[] = "{\"type\":\"keepalive\"}\n";
@@ -399,23 +406,23 @@ static void execute(struct e2b_call *c, struct e2b_reply *reply)
         pthread_mutex_unlock(&c->box->lock);
         (void)line(run->q, json_pack("{s:s, s:i}", "type", "number_of_executions",
                                      "execution_count", (int)count));
-        reply->response = sse_response(run->q);
+        run->refs = 2; /* the response's and the worker's */
+        reply->response = e2b_stream_response(run->q, "application/x-ndjson", run_unref, run);
+        if (!reply->response) {
+                run->refs = 1;
+                run_unref(run);
+                return http_error(reply, 500, "cannot start the run");
+        }
         pthread_t t;
-        if (reply->response)
-                e2b_worker_add();
-        if (!reply->response || pthread_create(&t, NULL, run_main, run) != 0) {
-                if (reply->response)
-                        e2b_worker_done();
-                if (reply->response)
-                        MHD_destroy_response(reply->response);
+        e2b_worker_add();
+        if (pthread_create(&t, NULL, run_main, run) != 0) {
+                e2b_worker_done();
+                MHD_destroy_response(reply->response); /* its release drops one */
                 reply->response = NULL;
-                run_free(run);
+                run_unref(run);
                 return http_error(reply, 500, "cannot start the run");
         }
         pthread_detach(t);
-        MHD_del_response_header(reply->response, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
-        MHD_add_response_header(reply->response, MHD_HTTP_HEADER_CONTENT_TYPE,
-                                "application/x-ndjson");
         reply->status = 200;
 }
 

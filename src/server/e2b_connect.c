@@ -150,6 +150,57 @@ int e2b_connect_push_end(struct sse_queue *q, int code, const char *message)
         return push_envelope(q, FLAG_END, end);
 }
 
+/* ---- streaming responses -------------------------------------------------- */
+
+struct stream {
+        struct sse_queue *q;
+        void (*release)(void *arg);
+        void *arg;
+};
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+        (void)pos;
+        struct stream *s = cls;
+        ssize_t n = sse_queue_read(s->q, buf, max);
+        if (n == SSE_QUEUE_END)
+                return MHD_CONTENT_READER_END_OF_STREAM;
+        return n < 0 ? MHD_CONTENT_READER_END_WITH_ERROR : n;
+}
+
+/* MHD is done with the response (sent, client gone, server stopping): the
+ * queue closes, so a producer waiting for room returns at once, then the
+ * owner's release runs. */
+static void stream_free(void *cls)
+{
+        struct stream *s = cls;
+        sse_queue_close(s->q);
+        sse_queue_unref(s->q);
+        if (s->release)
+                s->release(s->arg);
+        free(s);
+}
+
+struct MHD_Response *e2b_stream_response(struct sse_queue *q, const char *content_type,
+                                         void (*release)(void *arg), void *arg)
+{
+        struct stream *s = calloc(1, sizeof(*s));
+        if (!s)
+                return NULL;
+        *s = (struct stream){.q = sse_queue_ref(q), .release = release, .arg = arg};
+        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32 * 1024,
+                                                                      stream_read, s, stream_free);
+        if (!resp) {
+                sse_queue_unref(s->q);
+                free(s);
+                return NULL;
+        }
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+        MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+        return resp;
+}
+
 struct MHD_Response *e2b_connect_stream_response(struct sse_queue *q, json_t *keepalive)
 {
         if (keepalive) {
@@ -165,12 +216,7 @@ struct MHD_Response *e2b_connect_stream_response(struct sse_queue *q, json_t *ke
                         (void)sse_queue_set_keepalive(q, env, n + 5);
                 }
         }
-        struct MHD_Response *resp = sse_response(q);
-        if (!resp)
-                return NULL;
-        MHD_del_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/connect+json");
-        return resp;
+        return e2b_stream_response(q, "application/connect+json", NULL, NULL);
 }
 
 bool e2b_connect_is_stream(struct MHD_Connection *conn)

@@ -362,6 +362,23 @@ cases['network: off by default, on only as far as the policy allows'] = async (o
   await rejects(sdk.Sandbox.create({ ...opts(), network: { allowOut: ['0.0.0.0/0'] } }), () => true, 'everything, which the policy does not allow')
 }
 
+cases['a client that gives up interrupts its run'] = async (own) => {
+  const sbx = await own(() => ci.Sandbox.create(opts()))
+  await sbx.runCode('kept = "still here"')
+  await rejects(sbx.runCode('import time\ntime.sleep(60)', { timeoutMs: 1_000 }), (e) => e instanceof sdk.TimeoutError, 'runCode past its timeoutMs')
+  const t0 = Date.now()
+  const next = await sbx.runCode('kept')
+  eq(next.text, "'still here'", 'the session lives on with its variables')
+  assert(Date.now() - t0 < 20_000, `the abandoned run was interrupted, not waited for (${Date.now() - t0} ms)`)
+  await rejects(sbx.commands.run('sleep 60', { timeoutMs: 1_000 }), () => true, 'a command past its timeoutMs')
+  let left = await sbx.commands.list()
+  for (let i = 0; i < 50 && left.length; i++) {
+    await new Promise((r) => setTimeout(r, 100))
+    left = await sbx.commands.list()
+  }
+  eq(left.length, 0, 'and it ends with its timeout (the exec\'s own)')
+}
+
 cases['a wrong API key is refused'] = async () => {
   await rejects(sdk.Sandbox.create({ apiKey: 'e2b_' + '0'.repeat(40) }), (e) => e instanceof sdk.AuthenticationError, 'create with a wrong key')
   await rejects(sdk.Sandbox.list({ apiKey: 'e2b_' + '1'.repeat(40) }).nextItems(), (e) => e instanceof sdk.AuthenticationError, 'list with a wrong key')
