@@ -199,6 +199,13 @@ struct MHD_Response *e2b_stream_response(struct sse_queue *q, const char *conten
 /* A streaming Connect response reading q; keepalive: the envelope sent
  * after a silence. */
 struct MHD_Response *e2b_connect_stream_response(struct sse_queue *q, json_t *keepalive);
+/* An error in the shape the request came in: a stream's end-of-stream
+ * envelope, or a unary error. */
+void e2b_connect_fail(struct MHD_Connection *conn, struct e2b_reply *reply,
+                      enum e2b_connect_code code, const char *message);
+/* A request in the protobuf codec: answers it (unimplemented, in the
+ * stream or unary shape it came in) and returns true. */
+bool e2b_connect_refuse_codec(struct MHD_Connection *conn, struct e2b_reply *reply);
 /* Whether the request is a Connect stream (Content-Type
  * application/connect+json) or a unary JSON call. */
 bool e2b_connect_is_stream(struct MHD_Connection *conn);

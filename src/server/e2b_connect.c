@@ -219,6 +219,30 @@ struct MHD_Response *e2b_connect_stream_response(struct sse_queue *q, json_t *ke
         return e2b_stream_response(q, "application/connect+json", NULL, NULL);
 }
 
+void e2b_connect_fail(struct MHD_Connection *conn, struct e2b_reply *reply,
+                      enum e2b_connect_code code, const char *message)
+{
+        if (e2b_connect_is_stream(conn))
+                e2b_connect_stream_error(reply, code, message);
+        else
+                e2b_connect_error(reply, code, message);
+}
+
+bool e2b_connect_refuse_codec(struct MHD_Connection *conn, struct e2b_reply *reply)
+{
+        const char *ct =
+                MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+        if (!ct || !strcasestr(ct, "proto"))
+                return false;
+        static const char msg[] = "codecage speaks the Connect protocol with the JSON codec only "
+                                  "(application/json, application/connect+json)";
+        if (strncasecmp(ct, "application/connect+", 20) == 0)
+                e2b_connect_stream_error(reply, CONNECT_UNIMPLEMENTED, msg);
+        else
+                e2b_connect_error(reply, CONNECT_UNIMPLEMENTED, msg);
+        return true;
+}
+
 bool e2b_connect_is_stream(struct MHD_Connection *conn)
 {
         const char *ct =

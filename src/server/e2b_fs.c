@@ -368,6 +368,8 @@ int e2b_fs(struct e2b_call *c, struct e2b_reply *reply)
         if (strncmp(c->path, prefix, sizeof(prefix) - 1) != 0)
                 return -ENOENT;
         const char *m = c->path + sizeof(prefix) - 1;
+        if (e2b_connect_refuse_codec(c->conn, reply))
+                return 0;
         if (strcmp(c->method, "POST") != 0)
                 e2b_connect_error(reply, CONNECT_UNIMPLEMENTED, "Connect calls are POST requests");
         else if (strcmp(m, "Stat") == 0)
@@ -381,10 +383,10 @@ int e2b_fs(struct e2b_call *c, struct e2b_reply *reply)
         else if (strcmp(m, "Move") == 0)
                 rpc_move(c, reply);
         else if (strstr(m, "Watch") || strstr(m, "Watcher"))
-                e2b_connect_error(reply, CONNECT_UNIMPLEMENTED,
-                                  "codecage does not offer watching directories");
+                e2b_connect_fail(c->conn, reply, CONNECT_UNIMPLEMENTED,
+                                 "codecage does not offer watching directories");
         else
-                e2b_connect_error(reply, CONNECT_UNIMPLEMENTED,
-                                  "no such method of filesystem.Filesystem");
+                e2b_connect_fail(c->conn, reply, CONNECT_UNIMPLEMENTED,
+                                 "no such method of filesystem.Filesystem");
         return 0;
 }

@@ -592,6 +592,8 @@ int e2b_process(struct e2b_call *c, struct e2b_reply *reply)
         if (strncmp(c->path, prefix, sizeof(prefix) - 1) != 0)
                 return -ENOENT;
         const char *m = c->path + sizeof(prefix) - 1;
+        if (e2b_connect_refuse_codec(c->conn, reply))
+                return 0;
         if (strcmp(c->method, "POST") != 0)
                 fail(reply, CONNECT_UNIMPLEMENTED, "Connect calls are POST requests");
         else if (strcmp(m, "Start") == 0)
@@ -607,12 +609,13 @@ int e2b_process(struct e2b_call *c, struct e2b_reply *reply)
         else if (strcmp(m, "SendInput") == 0)
                 send_input(c, reply);
         else if (strcmp(m, "StreamInput") == 0)
-                fail(reply, CONNECT_UNIMPLEMENTED,
-                     "codecage does not offer StreamInput: send input with SendInput");
+                e2b_connect_fail(c->conn, reply, CONNECT_UNIMPLEMENTED,
+                                 "codecage does not offer StreamInput: send input with SendInput");
         else if (strcmp(m, "Update") == 0)
                 fail(reply, CONNECT_UNIMPLEMENTED, "codecage does not offer PTYs");
         else
-                fail(reply, CONNECT_UNIMPLEMENTED, "no such method of process.Process");
+                e2b_connect_fail(c->conn, reply, CONNECT_UNIMPLEMENTED,
+                                 "no such method of process.Process");
         return 0;
 }
 

@@ -400,6 +400,15 @@ cases['not offered: pause answers with a message'] = async (own) => {
   assert(/codecage does not offer/.test(err.message), 'the message says so: ' + err.message)
   const pty = await rejects(sbx.pty.create({ cols: 80, rows: 24, onData: () => {} }), () => true, 'a PTY')
   assert(/codecage does not offer/.test(pty.message), 'the PTY message says so: ' + pty.message)
+  const watch = await rejects(sbx.files.watchDir('.', () => {}), () => true, 'watching a directory')
+  assert(/codecage does not offer/.test(watch.message), 'the watch message says so: ' + watch.message)
+  const proto = await fetch(`${process.env.E2B_SANDBOX_URL}/process.Process/List`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/proto', 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49983', 'X-Access-Token': sbx.envdAccessToken },
+    body: new Uint8Array(0),
+  })
+  eq(proto.status, 501, 'the protobuf codec')
+  assert(/JSON codec only/.test((await proto.json()).message), 'says which codec is served')
 }
 
 for (const [name, mod] of [['2.50.0', sdk250], ['2.45.0', sdk245]]) {
