@@ -286,7 +286,12 @@ static int exec_request(const struct e2b_call *c, const json_t *proc, json_t **r
         json_array_append(argv, (json_t *)cmd);
         size_t i;
         json_t *a;
-        json_array_foreach((json_t *)args, i, a) json_array_append(argv, a);
+        json_array_foreach((json_t *)args, i, a)
+        {
+                if (!json_is_string(a))
+                        return cage_fail(err, -EINVAL, "process.args[%zu]: must be a string", i);
+                json_array_append(argv, a);
+        }
         json_object_set(req, "argv", argv);
         if (json_is_object(envs) && json_object_size(envs))
                 json_object_set(req, "env", (json_t *)envs);
@@ -388,7 +393,7 @@ static void start(struct e2b_call *c, struct e2b_reply *reply)
                 return fail(reply, CONNECT_INVALID_ARGUMENT, "Start is a server stream");
         if (e2b_connect_stream_message(c->body, c->body_len, &msg, &err) < 0)
                 return fail_stream(reply, CONNECT_INVALID_ARGUMENT, err.message);
-        if (json_object_get(msg, "pty"))
+        if (json_is_object(json_object_get(msg, "pty")))
                 return fail_stream(reply, CONNECT_UNIMPLEMENTED,
                                    "codecage does not offer PTYs: run commands without one");
         const json_t *proc = json_object_get(msg, "process");
