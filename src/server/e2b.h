@@ -203,6 +203,18 @@ struct MHD_Response *e2b_connect_stream_response(struct sse_queue *q, json_t *ke
  * envelope, or a unary error. */
 void e2b_connect_fail(struct MHD_Connection *conn, struct e2b_reply *reply,
                       enum e2b_connect_code code, const char *message);
+/* A service's method table: fn, or (fn NULL) what answers that codecage
+ * does not offer it. */
+struct e2b_method {
+        const char *name;
+        void (*fn)(struct e2b_call *c, struct e2b_reply *reply);
+        const char *unoffered;
+};
+/* Serves the call when its path is prefix + a method name: the protobuf
+ * codec, a method other than POST and an unknown name are refused in
+ * Connect's shape. -ENOENT for another path. */
+int e2b_connect_dispatch(struct e2b_call *c, struct e2b_reply *reply, const char *prefix,
+                         const struct e2b_method *methods, size_t n);
 /* A request in the protobuf codec: answers it (unimplemented, in the
  * stream or unary shape it came in) and returns true. */
 bool e2b_connect_refuse_codec(struct MHD_Connection *conn, struct e2b_reply *reply);

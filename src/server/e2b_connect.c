@@ -228,6 +228,33 @@ void e2b_connect_fail(struct MHD_Connection *conn, struct e2b_reply *reply,
                 e2b_connect_error(reply, code, message);
 }
 
+int e2b_connect_dispatch(struct e2b_call *c, struct e2b_reply *reply, const char *prefix,
+                         const struct e2b_method *methods, size_t n)
+{
+        size_t len = strlen(prefix);
+        if (strncmp(c->path, prefix, len) != 0)
+                return -ENOENT;
+        const char *name = c->path + len;
+        if (e2b_connect_refuse_codec(c->conn, reply))
+                return 0;
+        if (strcmp(c->method, "POST") != 0) {
+                e2b_connect_error(reply, CONNECT_UNIMPLEMENTED, "Connect calls are POST requests");
+                return 0;
+        }
+        for (size_t i = 0; i < n; i++) {
+                if (strcmp(name, methods[i].name) != 0)
+                        continue;
+                if (methods[i].fn)
+                        methods[i].fn(c, reply);
+                else
+                        e2b_connect_fail(c->conn, reply, CONNECT_UNIMPLEMENTED,
+                                         methods[i].unoffered);
+                return 0;
+        }
+        e2b_connect_fail(c->conn, reply, CONNECT_UNIMPLEMENTED, "no such method");
+        return 0;
+}
+
 bool e2b_connect_refuse_codec(struct MHD_Connection *conn, struct e2b_reply *reply)
 {
         const char *ct =

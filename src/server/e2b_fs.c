@@ -355,7 +355,14 @@ static void files_post(struct e2b_call *c, struct e2b_reply *reply)
 
 int e2b_fs(struct e2b_call *c, struct e2b_reply *reply)
 {
-        static const char prefix[] = "/filesystem.Filesystem/";
+        static const char watching[] = "codecage does not offer watching directories";
+        static const struct e2b_method methods[] = {
+                {"Stat", rpc_stat, NULL},          {"ListDir", rpc_list, NULL},
+                {"MakeDir", rpc_make_dir, NULL},   {"Remove", rpc_remove, NULL},
+                {"Move", rpc_move, NULL},          {"WatchDir", NULL, watching},
+                {"CreateWatcher", NULL, watching}, {"GetWatcherEvents", NULL, watching},
+                {"RemoveWatcher", NULL, watching},
+        };
         if (strcmp(c->path, "/files") == 0) {
                 if (strcmp(c->method, "GET") == 0 || strcmp(c->method, "HEAD") == 0)
                         files_get(c, reply);
@@ -365,28 +372,6 @@ int e2b_fs(struct e2b_call *c, struct e2b_reply *reply)
                         http_fail(reply, -EINVAL, "/files takes GET and POST");
                 return 0;
         }
-        if (strncmp(c->path, prefix, sizeof(prefix) - 1) != 0)
-                return -ENOENT;
-        const char *m = c->path + sizeof(prefix) - 1;
-        if (e2b_connect_refuse_codec(c->conn, reply))
-                return 0;
-        if (strcmp(c->method, "POST") != 0)
-                e2b_connect_error(reply, CONNECT_UNIMPLEMENTED, "Connect calls are POST requests");
-        else if (strcmp(m, "Stat") == 0)
-                rpc_stat(c, reply);
-        else if (strcmp(m, "ListDir") == 0)
-                rpc_list(c, reply);
-        else if (strcmp(m, "MakeDir") == 0)
-                rpc_make_dir(c, reply);
-        else if (strcmp(m, "Remove") == 0)
-                rpc_remove(c, reply);
-        else if (strcmp(m, "Move") == 0)
-                rpc_move(c, reply);
-        else if (strstr(m, "Watch") || strstr(m, "Watcher"))
-                e2b_connect_fail(c->conn, reply, CONNECT_UNIMPLEMENTED,
-                                 "codecage does not offer watching directories");
-        else
-                e2b_connect_fail(c->conn, reply, CONNECT_UNIMPLEMENTED,
-                                 "no such method of filesystem.Filesystem");
-        return 0;
+        return e2b_connect_dispatch(c, reply, "/filesystem.Filesystem/", methods,
+                                    sizeof(methods) / sizeof(methods[0]));
 }

@@ -476,14 +476,30 @@ static void list(struct e2b_call *c, struct e2b_reply *reply)
         reply->json = json_pack("{s:o}", "processes", procs ? procs : json_array());
 }
 
+/* The command a unary request's "process" selector names, referenced; or
+ * NULL with the error answered. */
+static struct e2b_proc *proc_of_message(struct e2b_call *c, struct e2b_reply *reply,
+                                        json_t **ret_msg)
+{
+        json_t *msg = NULL;
+        if (unary_message(c, reply, &msg) < 0)
+                return NULL;
+        struct e2b_proc *p = find(c->box, json_object_get(msg, "process"));
+        if (!p) {
+                json_decref(msg);
+                fail(reply, CONNECT_NOT_FOUND, "no such process");
+                return NULL;
+        }
+        *ret_msg = msg;
+        return p;
+}
+
 static void send_signal(struct e2b_call *c, struct e2b_reply *reply)
 {
         json_auto_t *msg = NULL;
-        if (unary_message(c, reply, &msg) < 0)
-                return;
-        struct e2b_proc *p = find(c->box, json_object_get(msg, "process"));
+        struct e2b_proc *p = proc_of_message(c, reply, &msg);
         if (!p)
-                return fail(reply, CONNECT_NOT_FOUND, "no such process");
+                return;
         (void)!write(p->cancel[1], "k", 1);
         proc_unref(p);
         reply->status = 200;
@@ -494,11 +510,9 @@ static void send_signal(struct e2b_call *c, struct e2b_reply *reply)
 static void close_stdin(struct e2b_call *c, struct e2b_reply *reply)
 {
         json_auto_t *msg = NULL;
-        if (unary_message(c, reply, &msg) < 0)
-                return;
-        struct e2b_proc *p = find(c->box, json_object_get(msg, "process"));
+        struct e2b_proc *p = proc_of_message(c, reply, &msg);
         if (!p)
-                return fail(reply, CONNECT_NOT_FOUND, "no such process");
+                return;
         pthread_mutex_lock(&p->lock);
         if (p->stdin_w >= 0) {
                 close(p->stdin_w);
@@ -589,39 +603,24 @@ static void connect_proc(struct e2b_call *c, struct e2b_reply *reply)
 
 int e2b_process(struct e2b_call *c, struct e2b_reply *reply)
 {
-        static const char prefix[] = "/process.Process/";
+        static const struct e2b_method methods[] = {
+                {"Start", start, NULL},
+                {"List", list, NULL},
+                {"SendSignal", send_signal, NULL},
+                {"CloseStdin", close_stdin, NULL},
+                {"Connect", connect_proc, NULL},
+                {"SendInput", send_input, NULL},
+                {"StreamInput", NULL,
+                 "codecage does not offer StreamInput: send input with "
+                 "SendInput"},
+                {"Update", NULL, "codecage does not offer PTYs"},
+        };
         if (strcmp(c->path, "/health") == 0 && strcmp(c->method, "GET") == 0) {
                 reply->status = 204;
                 return 0;
         }
-        if (strncmp(c->path, prefix, sizeof(prefix) - 1) != 0)
-                return -ENOENT;
-        const char *m = c->path + sizeof(prefix) - 1;
-        if (e2b_connect_refuse_codec(c->conn, reply))
-                return 0;
-        if (strcmp(c->method, "POST") != 0)
-                fail(reply, CONNECT_UNIMPLEMENTED, "Connect calls are POST requests");
-        else if (strcmp(m, "Start") == 0)
-                start(c, reply);
-        else if (strcmp(m, "List") == 0)
-                list(c, reply);
-        else if (strcmp(m, "SendSignal") == 0)
-                send_signal(c, reply);
-        else if (strcmp(m, "CloseStdin") == 0)
-                close_stdin(c, reply);
-        else if (strcmp(m, "Connect") == 0)
-                connect_proc(c, reply);
-        else if (strcmp(m, "SendInput") == 0)
-                send_input(c, reply);
-        else if (strcmp(m, "StreamInput") == 0)
-                e2b_connect_fail(c->conn, reply, CONNECT_UNIMPLEMENTED,
-                                 "codecage does not offer StreamInput: send input with SendInput");
-        else if (strcmp(m, "Update") == 0)
-                fail(reply, CONNECT_UNIMPLEMENTED, "codecage does not offer PTYs");
-        else
-                e2b_connect_fail(c->conn, reply, CONNECT_UNIMPLEMENTED,
-                                 "no such method of process.Process");
-        return 0;
+        return e2b_connect_dispatch(c, reply, "/process.Process/", methods,
+                                    sizeof(methods) / sizeof(methods[0]));
 }
 
 void e2b_process_end_all(struct e2b_box *box)
