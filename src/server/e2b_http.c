@@ -22,11 +22,9 @@
  * check is switched off when CODECAGE_DEBUG_DISABLE names "e2b-tokens", so
  * the security suite can show that it is what stops one sandbox's token
  * (or a traffic token) from reaching another sandbox's commands. */
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <microhttpd.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,9 +69,8 @@ struct e2b_request {
         char log_path[3 * E2B_LOG_PATH_MAX + 1];
         char remote[HTTP_REMOTE_MAX];
         unsigned status;
-        bool started, responded, too_large;
-        char *body;
-        size_t body_len, body_cap;
+        bool started, responded;
+        struct http_body body;
 };
 
 /* ---- logging -------------------------------------------------------------- */
@@ -187,9 +184,7 @@ static enum MHD_Result refuse(struct e2b_request *req, struct MHD_Connection *co
                               const char *message)
 {
         struct e2b_reply reply = {.status = status, .json = e2b_error_doc(status, message)};
-        free(req->body);
-        req->body = NULL;
-        req->body_len = req->body_cap = 0;
+        http_body_clear(&req->body);
         return queue(req, conn, &reply);
 }
 
@@ -246,33 +241,6 @@ static enum MHD_Result begin(struct e2b_request *req, struct MHD_Connection *con
         const char *cl = header(conn, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl && strtoull(cl, NULL, 10) > req->srv->cfg->limits.max_body_bytes)
                 return refuse(req, conn, 413, "the body is larger than limits.max_body_bytes");
-        return MHD_YES;
-}
-
-static enum MHD_Result take_body(struct e2b_request *req, const char *data, size_t *size)
-{
-        uint64_t max = req->srv->cfg->limits.max_body_bytes;
-        size_t n = *size;
-        *size = 0;
-        if (req->too_large || req->body_len + (uint64_t)n > max) {
-                free(req->body);
-                req->body = NULL;
-                req->body_cap = 0;
-                req->too_large = true;
-                return MHD_YES;
-        }
-        if (req->body_len + n + 1 > req->body_cap) {
-                size_t cap = req->body_cap ? req->body_cap : 4096;
-                while (cap < req->body_len + n + 1)
-                        cap *= 2;
-                char *nb = realloc(req->body, cap);
-                if (!nb)
-                        return MHD_NO;
-                req->body = nb;
-                req->body_cap = cap;
-        }
-        memcpy(req->body + req->body_len, data, n);
-        req->body_len += n;
         return MHD_YES;
 }
 
@@ -347,8 +315,6 @@ static enum MHD_Result sandbox(struct e2b_request *req, struct e2b_call *c, cons
 static enum MHD_Result finish(struct e2b_request *req, struct MHD_Connection *conn)
 {
         struct e2b_server *srv = req->srv;
-        if (req->body)
-                req->body[req->body_len] = '\0';
         char *q = strchr(req->raw_uri, '?');
         if (q)
                 *q++ = '\0';
@@ -361,8 +327,8 @@ static enum MHD_Result finish(struct e2b_request *req, struct MHD_Connection *co
                              .method = req->method,
                              .path = req->raw_uri,
                              .query = q ? q : "",
-                             .body = req->body ? req->body : "",
-                             .body_len = req->body_len};
+                             .body = req->body.data ? req->body.data : "",
+                             .body_len = req->body.len};
         MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
         const char *id = header(conn, "E2b-Sandbox-Id");
         enum MHD_Result ret;
@@ -403,9 +369,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                 *upload_size = 0;
                 return MHD_YES;
         }
-        if (*upload_size)
-                return take_body(req, upload, upload_size);
-        if (req->too_large)
+        if (*upload_size) {
+                size_t n = *upload_size;
+                *upload_size = 0;
+                return http_body_take(&req->body, req->srv->cfg->limits.max_body_bytes, upload, n)
+                               ? MHD_YES
+                               : MHD_NO;
+        }
+        if (req->body.too_large)
                 return refuse(req, conn, 413, "the body is larger than limits.max_body_bytes");
         return finish(req, conn);
 }
@@ -420,44 +391,12 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                 return;
         *con_cls = NULL;
         log_request(req, toe);
-        free(req->body);
+        http_body_clear(&req->body);
         free(req->raw_uri);
         free(req);
 }
 
 /* ---- start / stop ---------------------------------------------------------- */
-
-static int open_listener(struct e2b_server *srv, int *ret, struct cage_error *err)
-{
-        const struct cage_config_e2b *e = &srv->cfg->e2b;
-        int one = 1;
-        _cleanup_close_ int fd = socket(e->addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-                return cage_fail(err, -errno, "e2b.listen: socket");
-        if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
-            (e->addr.ss_family == AF_INET6 &&
-             setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one)) < 0))
-                return cage_fail(err, -errno, "e2b.listen: setsockopt");
-        if (bind(fd, (const struct sockaddr *)&e->addr, e->addr_len) < 0)
-                return cage_fail(err, -errno, "e2b.listen: cannot bind %s", e->listen);
-        if (listen(fd, 128) < 0)
-                return cage_fail(err, -errno, "e2b.listen: listen");
-        struct sockaddr_storage ss;
-        socklen_t len = sizeof(ss);
-        char host[INET6_ADDRSTRLEN] = "?";
-        if (getsockname(fd, (struct sockaddr *)&ss, &len) == 0) {
-                bool v6 = ss.ss_family == AF_INET6;
-                const void *a = v6 ? (const void *)&((struct sockaddr_in6 *)&ss)->sin6_addr
-                                   : (const void *)&((struct sockaddr_in *)&ss)->sin_addr;
-                unsigned port = ntohs(v6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
-                                         : ((struct sockaddr_in *)&ss)->sin_port);
-                inet_ntop(ss.ss_family, a, host, sizeof(host));
-                snprintf(srv->describe, sizeof(srv->describe), "http://%s%s%s:%u", v6 ? "[" : "",
-                         host, v6 ? "]" : "", port);
-        }
-        *ret = TAKE_FD(fd);
-        return 0;
-}
 
 int e2b_start(const struct cage_config *cfg, struct cage_service *svc,
               struct cage_redactor *redactor, int shutdown_fd, struct e2b_server **ret,
@@ -474,11 +413,13 @@ int e2b_start(const struct cage_config *cfg, struct cage_service *svc,
         srv->redactor = redactor;
         srv->shutdown_fd = shutdown_fd;
         http_guard_init(&srv->guard, cfg->e2b.listen, cfg->e2b.loopback);
-        int fd = -1, r = open_listener(srv, &fd, err);
+        int fd = -1, r = http_listen_tcp(&cfg->e2b.addr, cfg->e2b.addr_len, "e2b.listen",
+                                         cfg->e2b.listen, &fd, err);
         if (r < 0) {
                 free(srv);
                 return r;
         }
+        http_describe_tcp(fd, srv->describe, sizeof(srv->describe));
         srv->reg = e2b_registry_new(svc);
         if (!srv->reg) {
                 close(fd);

@@ -91,11 +91,9 @@ struct http_request {
         bool unix_socket;
         const char *guard_message; /* why the Host / Origin policy refused it */
         unsigned status;
-        bool started, responded, too_large;
+        bool started, responded;
         struct http_match match;
-        char *body;
-        size_t body_len, body_cap;
-        uint64_t discarded; /* bytes past the limit, counted, not kept */
+        struct http_body body;
         struct sse_stream *stream;
         /* MCP: a request to /mcp, handled by mcp_http.c */
         bool mcp;
@@ -236,9 +234,7 @@ static enum MHD_Result respond_error(struct http_request *req, struct MHD_Connec
 {
         req->status = status;
         req->responded = true;
-        free(req->body);
-        req->body = NULL;
-        req->body_len = req->body_cap = 0;
+        http_body_clear(&req->body);
         return (enum MHD_Result)http_queue_error(conn, status, message, allow, status == 401);
 }
 
@@ -370,7 +366,7 @@ static enum MHD_Result finish_mcp(struct http_request *req, struct MHD_Connectio
 {
         req->responded = true;
         return (enum MHD_Result)mcp_http_handle(mcp_of(req), conn, req->method, req->tenant,
-                                                req->body ? req->body : "", req->body_len,
+                                                req->body.data ? req->body.data : "", req->body.len,
                                                 &req->status, &req->mcp_req);
 }
 
@@ -411,34 +407,46 @@ static enum MHD_Result begin(struct http_request *req, struct MHD_Connection *co
  * limit without a Content-Length (chunked) is freed at once, the rest is
  * counted and discarded, and the 413 goes out when it ends -- or the
  * connection is closed if the client goes on past HTTP_DISCARD_MAX. */
-static enum MHD_Result take_body(struct http_request *req, const char *data, size_t *size)
+bool http_body_take(struct http_body *b, uint64_t max, const char *data, size_t n)
 {
-        uint64_t max = req->ctx->cfg->limits.max_body_bytes;
-        size_t n = *size;
-        *size = 0;
-        if (req->too_large || req->body_len + (uint64_t)n > max) {
-                free(req->body);
-                req->body = NULL;
-                req->body_cap = 0;
-                req->too_large = true;
-                req->discarded += n;
-                return req->discarded > HTTP_DISCARD_MAX ? MHD_NO : MHD_YES;
+        if (b->too_large || b->len + (uint64_t)n > max) {
+                free(b->data);
+                b->data = NULL;
+                b->cap = 0;
+                b->too_large = true;
+                b->discarded += n;
+                return b->discarded <= HTTP_DISCARD_MAX;
         }
-        if (req->body_len + n + 1 > req->body_cap) {
-                size_t cap = req->body_cap ? req->body_cap : HTTP_BODY_INITIAL;
-                while (cap < req->body_len + n + 1)
+        if (b->len + n + 1 > b->cap) {
+                size_t cap = b->cap ? b->cap : HTTP_BODY_INITIAL;
+                while (cap < b->len + n + 1)
                         cap *= 2;
                 if (cap > max + 1)
                         cap = (size_t)max + 1;
-                char *nb = realloc(req->body, cap);
+                char *nb = realloc(b->data, cap);
                 if (!nb)
-                        return MHD_NO;
-                req->body = nb;
-                req->body_cap = cap;
+                        return false;
+                b->data = nb;
+                b->cap = cap;
         }
-        memcpy(req->body + req->body_len, data, n);
-        req->body_len += n;
-        return MHD_YES;
+        memcpy(b->data + b->len, data, n);
+        b->len += n;
+        b->data[b->len] = '\0';
+        return true;
+}
+
+void http_body_clear(struct http_body *b)
+{
+        free(b->data);
+        *b = (struct http_body){0};
+}
+
+static enum MHD_Result take_body(struct http_request *req, const char *data, size_t *size)
+{
+        size_t n = *size;
+        *size = 0;
+        return http_body_take(&req->body, req->ctx->cfg->limits.max_body_bytes, data, n) ? MHD_YES
+                                                                                         : MHD_NO;
 }
 
 static bool wants_sse(struct MHD_Connection *conn)
@@ -454,7 +462,7 @@ static int call_handler(struct http_request *req, struct MHD_Connection *conn,
         json_auto_t *json = NULL;
         int r;
         if ((req->match.flags & ROUTE_JSON_BODY) &&
-            (r = http_body_json(req->body, req->body_len, &json, err)) < 0)
+            (r = http_body_json(req->body.data, req->body.len, &json, err)) < 0)
                 return r;
         char *q = strchr(req->raw_uri, '?');
         struct http_call call = {
@@ -466,8 +474,8 @@ static int call_handler(struct http_request *req, struct MHD_Connection *conn,
                 .run_id = req->match.run_id,
                 .path = req->match.path,
                 .query = q ? q + 1 : "",
-                .body = req->body ? req->body : "",
-                .body_len = req->body_len,
+                .body = req->body.data ? req->body.data : "",
+                .body_len = req->body.len,
                 .json = json,
                 .wants_sse = wants_sse(conn),
                 .stream = &req->stream,
@@ -490,8 +498,6 @@ static enum MHD_Result finish(struct http_request *req, struct MHD_Connection *c
 {
         struct http_reply reply = {0};
         struct cage_error err = {0};
-        if (req->body)
-                req->body[req->body_len] = '\0';
         if (req->mcp) /* MCP */
                 return finish_mcp(req, conn);
         /* A service call may take as long as an exec's timeout: no idle
@@ -529,7 +535,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         }
         if (*upload_size)
                 return take_body(req, upload, upload_size);
-        if (req->too_large)
+        if (req->body.too_large)
                 return refuse_too_large(req, conn);
         return finish(req, conn);
 }
@@ -545,27 +551,28 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         mcp_http_request_done(req->mcp_req); /* MCP */
         log_request(req, toe);
         http_match_clear(&req->match);
-        free(req->body);
+        http_body_clear(&req->body);
         free(req->raw_uri);
         free(req);
 }
 
 /* ---- listeners ------------------------------------------------------------ */
 
-static int open_tcp(const struct cage_config *cfg, int *ret, struct cage_error *err)
+int http_listen_tcp(const struct sockaddr_storage *addr, socklen_t addr_len, const char *field,
+                    const char *text, int *ret, struct cage_error *err)
 {
-        int family = cfg->http_addr.ss_family, one = 1;
+        int family = addr->ss_family, one = 1;
         _cleanup_close_ int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (fd < 0)
-                return cage_fail(err, -errno, "listen.http: socket");
+                return cage_fail(err, -errno, "%s: socket", field);
         if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
             (family == AF_INET6 &&
              setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one)) < 0))
-                return cage_fail(err, -errno, "listen.http: setsockopt");
-        if (bind(fd, (const struct sockaddr *)&cfg->http_addr, cfg->http_addr_len) < 0)
-                return cage_fail(err, -errno, "listen.http: cannot bind %s", cfg->listen_http);
+                return cage_fail(err, -errno, "%s: setsockopt", field);
+        if (bind(fd, (const struct sockaddr *)addr, addr_len) < 0)
+                return cage_fail(err, -errno, "%s: cannot bind %s", field, text);
         if (listen(fd, 128) < 0)
-                return cage_fail(err, -errno, "listen.http: listen");
+                return cage_fail(err, -errno, "%s: listen", field);
         *ret = TAKE_FD(fd);
         return 0;
 }
@@ -666,7 +673,7 @@ static int start_daemon(struct cage_http_server *srv, int fd, struct cage_error 
         return 0;
 }
 
-static void describe_tcp(struct cage_http_server *srv, int fd)
+void http_describe_tcp(int fd, char *out, size_t out_len)
 {
         struct sockaddr_storage ss;
         socklen_t len = sizeof(ss);
@@ -684,8 +691,7 @@ static void describe_tcp(struct cage_http_server *srv, int fd)
                 }
         }
         bool v6 = ss.ss_family == AF_INET6;
-        snprintf(srv->describe, sizeof(srv->describe), "http://%s%s%s:%u", v6 ? "[" : "", host,
-                 v6 ? "]" : "", port);
+        snprintf(out, out_len, "http://%s%s%s:%u", v6 ? "[" : "", host, v6 ? "]" : "", port);
 }
 
 static int start_listeners(struct cage_http_server *srv, struct cage_error *err)
@@ -693,9 +699,10 @@ static int start_listeners(struct cage_http_server *srv, struct cage_error *err)
         const struct cage_config *cfg = srv->ctx.cfg;
         int fd = -1, r;
         if (cfg->listen_http) {
-                if ((r = open_tcp(cfg, &fd, err)) < 0)
+                if ((r = http_listen_tcp(&cfg->http_addr, cfg->http_addr_len, "listen.http",
+                                         cfg->listen_http, &fd, err)) < 0)
                         return r;
-                describe_tcp(srv, fd);
+                http_describe_tcp(fd, srv->describe, sizeof(srv->describe));
                 if ((r = start_daemon(srv, fd, err)) < 0)
                         return r;
         }
