@@ -397,6 +397,26 @@ def field(msg, key, kind, default=REQUIRED):
     return value
 
 
+def run_env(env):
+    """A run's `env`: names and values that os.environ takes."""
+    for name, value in env.items():
+        if not name or "=" in name or "\0" in name or type(value) is not str or "\0" in value:
+            raise BadRequest(f"run: env {name[:NAME_MAX]!r} must be a name with a string value")
+    return env
+
+
+def restore_env(saved):
+    """Puts back what a run's `env` replaced (None: it was unset)."""
+    for name, value in saved.items():
+        try:
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        except Exception:
+            pass
+
+
 def count(msg, key, default):
     value = field(msg, key, int, default)
     if value < 0:
@@ -586,6 +606,7 @@ class Session:
 
     def run(self, msg):
         code = field(msg, "code", str)
+        env = run_env(field(msg, "env", dict, {}))
         return_max = min(count(msg, "return_max", 65536), RETURN_MAX)
         budget = count(msg, "host_budget", 100)
         self.runs += 1
@@ -601,6 +622,8 @@ class Session:
         with self.lock:
             self.running, self.calls, self.budget = True, 0, budget
         start = time.perf_counter()
+        saved = {name: os.environ.get(name) for name in env}
+        os.environ.update(env)
         try:
             body, last = compile_cell(code, filename)
             self.pending, self.interruptible = False, True
@@ -613,6 +636,7 @@ class Session:
             value_json, value_repr, error = "null", None, error_info(exc)
             exit_code = exit_code_of(exc)
         duration_ms = (time.perf_counter() - start) * 1000
+        restore_env(saved)
         with self.lock:  # waits for a host call a thread of the code still has going
             self.running = False
         if signal.getsignal(signal.SIGINT) is not self.sigint:

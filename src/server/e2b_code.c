@@ -14,7 +14,7 @@
  *                   session); DELETE /contexts/{id}; POST
  *                   /contexts/{id}/restart empties one.
  *   GET /health
- * Python only; per-run env_vars are not offered (a 400 says so). The run's
+ * Python only; env_vars are set in os.environ for that run only. The run's
  * own timeout is the config's limits.timeout_s_max: the client's timeout
  * ends the connection, which interrupts the run. */
 #include <errno.h>
@@ -351,10 +351,8 @@ static unsigned execute_request(struct e2b_call *c, const json_t *body, json_t *
         if (lang && !json_is_null(lang) &&
             (!json_is_string(lang) || strcmp(json_string_value(lang), "python") != 0))
                 return *message = "codecage's code interpreter runs Python only", 400;
-        if (env && !json_is_null(env) && json_object_size(env) > 0)
-                return *message = "codecage does not offer env_vars per run: set envs when the "
-                                  "sandbox is created",
-                       400;
+        if (env && !json_is_null(env) && !json_is_object(env))
+                return *message = "env_vars: must be an object of strings", 400;
         if (ctx && !json_is_null(ctx) && !json_is_string(ctx))
                 return *message = "context_id: must be a string", 400;
         const char *id = json_string_value(ctx);
@@ -364,6 +362,8 @@ static unsigned execute_request(struct e2b_call *c, const json_t *body, json_t *
                                 (double)c->cfg->limits.timeout_s_max);
         if (req && id && strcmp(id, DEFAULT_ID) != 0)
                 json_object_set_new(req, "context", json_string(id));
+        if (req && json_object_size(env) > 0)
+                json_object_set(req, "env", (json_t *)env);
         *ret = req;
         return req ? 0 : (*message = "out of memory", 500);
 }

@@ -27,7 +27,7 @@
 #define REQUEST_TIMEOUT_MS 30000
 #define HOST_BUDGET_MAX    10000
 
-static const char *const run_keys[] = {"code", "timeout_s", "host_budget", "context", NULL};
+static const char *const run_keys[] = {"code", "timeout_s", "host_budget", "context", "env", NULL};
 static const char *const oneshot_extra[] = {"code", "files", "host_budget", NULL};
 
 struct py_req {
@@ -35,7 +35,36 @@ struct py_req {
         size_t code_len;
         uint64_t timeout_ms;
         uint32_t host_budget;
+        json_t *env; /* named sandboxes: variables for this run only, or NULL */
 };
+
+/* The `env` of a run in a named sandbox: the spec's rules for names and values. */
+static int parse_run_env(const json_t *req, struct py_req *q, struct cage_error *err)
+{
+        json_t *env = json_object_get(req, "env");
+        if (!env || json_is_null(env))
+                return 0;
+        if (!json_is_object(env) || json_object_size(env) > SVC_ENV_MAX)
+                return cage_fail(err, -EINVAL, "env: must be an object of at most %d strings",
+                                 SVC_ENV_MAX);
+        const char *k;
+        json_t *v;
+        json_object_foreach(env, k, v)
+        {
+                size_t n = strlen(k);
+                if (!n || n > VAR_NAME_MAX || (k[0] >= '0' && k[0] <= '9') ||
+                    strspn(k, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_0123456789") !=
+                            n)
+                        return cage_fail(err, -EINVAL, "env: \"%.64s\" is not a valid name", k);
+                if (!json_is_string(v) || strlen(json_string_value(v)) != json_string_length(v) ||
+                    json_string_length(v) > SVC_ENV_VALUE_MAX)
+                        return cage_fail(err, -EINVAL,
+                                         "env.%s: must be a string of at most %d bytes", k,
+                                         SVC_ENV_VALUE_MAX);
+        }
+        q->env = env;
+        return 0;
+}
 
 static int parse_code(const json_t *req, struct py_req *q, struct cage_error *err)
 {
@@ -116,6 +145,7 @@ static void fill_run(struct cage_session_run *run, const struct py_req *q, uint6
         }
         run->host = route_host_call;
         run->host_ctx = host;
+        run->env = q->env;
         if (host->front)
                 run->functions = host->front->functions;
 }
@@ -256,6 +286,8 @@ static int run_named(struct cage_service *svc, const char *tenant, const char *n
         const char *ctx_id = json_is_string(ctx) ? json_string_value(ctx) : NULL;
         if (r == 0)
                 r = parse_code(req, &q, err);
+        if (r == 0)
+                r = parse_run_env(req, &q, err);
         if (r == 0)
                 r = svc_lookup(svc, tenant, name, &sb, err);
         if (r < 0)

@@ -571,3 +571,16 @@ def test_openapi_documents_the_python_routes(server):
         ("post", "/v1/sandboxes/{name}/python/variables/{var}/load"),
         ("get", "/v1/pool"), ("post", "/v1/host_calls/{id}"),
     } <= found
+
+
+def test_env_of_one_run(server, box):
+    """`env` is set in os.environ for that run only; what it replaced comes back."""
+    run(server, box, "import os\nos.environ['KEEP'] = 'before'")
+    r = run(server, box, "import os\n[os.environ['KEEP'], os.environ['NEW']]",
+            env={"KEEP": "during", "NEW": "x"})
+    assert r["return_value"] == ["during", "x"], r
+    r = run(server, box, "[os.environ.get('KEEP'), os.environ.get('NEW')]")
+    assert r["return_value"] == ["before", None], r
+    for bad in ({"1X": "v"}, {"A=B": "v"}, {"X": 1}, ["X"]):
+        r = server.request("POST", f"/v1/sandboxes/{box}/python", {"code": "1", "env": bad})
+        assert r.status == 400 and "env" in r.json["error"]["message"], (bad, r.body)
