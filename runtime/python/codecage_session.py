@@ -42,6 +42,8 @@ VALUE_MAX = 8 << 20  # the JSON of a `get` value; of a `variables` list
 RETURN_MAX = 1 << 20  # the most a run's `return_max` may ask for
 TEXT_MAX = 65536  # `get` reprs, error messages, tracebacks
 NAME_MAX = 256  # type names
+IMAGES_MAX = 16  # figures of one run sent back as PNG
+IMAGES_TEXT_MAX = 8 << 20  # their base64 text, in all (a frame holds 16 MiB of JSON)
 CO_COROUTINE = 0x80  # inspect.CO_COROUTINE, without importing inspect
 COMPILE_FLAGS = _ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
 
@@ -333,7 +335,34 @@ def exit_code_of(exc):
     return 1
 
 
-def done_frame(value_json, value_repr, error, duration_ms, host_calls, exit_code=None):
+def figures():
+    """The open matplotlib figures as PNG (base64 text), then closed: what a
+    notebook shows at the end of a cell. Nothing when the code never
+    imported pyplot; at most IMAGES_MAX images and IMAGES_TEXT_MAX of text."""
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is None:
+        return []
+    images, total = [], 0
+    try:
+        import base64
+        import io
+
+        for num in plt.get_fignums()[:IMAGES_MAX]:
+            buf = io.BytesIO()
+            plt.figure(num).savefig(buf, format="png")
+            text = base64.b64encode(buf.getvalue()).decode("ascii")
+            if total + len(text) > IMAGES_TEXT_MAX:
+                break
+            images.append(text)
+            total += len(text)
+        plt.close("all")
+    except Exception:
+        pass
+    return images
+
+
+def done_frame(value_json, value_repr, error, duration_ms, host_calls, exit_code=None,
+               images=()):
     frame = {
         "op": "done",
         "status": "ok" if error is None else "error",
@@ -343,6 +372,8 @@ def done_frame(value_json, value_repr, error, duration_ms, host_calls, exit_code
         "duration_ms": round(duration_ms, 3),
         "host_calls": host_calls,
     }
+    if images:
+        frame["images"] = list(images)
     return with_raw(frame, "return_value", value_json)
 
 
@@ -364,6 +395,26 @@ def field(msg, key, kind, default=REQUIRED):
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise BadRequest(f"{msg['op']}: field {key!r} must be a {kind.__name__}")
     return value
+
+
+def run_env(env):
+    """A run's `env`: names and values that os.environ takes."""
+    for name, value in env.items():
+        if not name or "=" in name or "\0" in name or type(value) is not str or "\0" in value:
+            raise BadRequest(f"run: env {name[:NAME_MAX]!r} must be a name with a string value")
+    return env
+
+
+def restore_env(saved):
+    """Puts back what a run's `env` replaced (None: it was unset)."""
+    for name, value in saved.items():
+        try:
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        except Exception:
+            pass
 
 
 def count(msg, key, default):
@@ -555,6 +606,7 @@ class Session:
 
     def run(self, msg):
         code = field(msg, "code", str)
+        env = run_env(field(msg, "env", dict, {}))
         return_max = min(count(msg, "return_max", 65536), RETURN_MAX)
         budget = count(msg, "host_budget", 100)
         self.runs += 1
@@ -570,6 +622,8 @@ class Session:
         with self.lock:
             self.running, self.calls, self.budget = True, 0, budget
         start = time.perf_counter()
+        saved = {name: os.environ.get(name) for name in env}
+        os.environ.update(env)
         try:
             body, last = compile_cell(code, filename)
             self.pending, self.interruptible = False, True
@@ -582,12 +636,15 @@ class Session:
             value_json, value_repr, error = "null", None, error_info(exc)
             exit_code = exit_code_of(exc)
         duration_ms = (time.perf_counter() - start) * 1000
+        restore_env(saved)
         with self.lock:  # waits for a host call a thread of the code still has going
             self.running = False
         if signal.getsignal(signal.SIGINT) is not self.sigint:
             signal.signal(signal.SIGINT, self.sigint)
         flush_streams()
-        return done_frame(value_json, value_repr, error, duration_ms, self.calls, exit_code)
+        images = figures()
+        return done_frame(value_json, value_repr, error, duration_ms, self.calls, exit_code,
+                          images)
 
     def register(self, name):
         """Installs a host function the server names in a run."""

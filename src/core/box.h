@@ -30,6 +30,11 @@ struct cage_exec {
         const char *cwd;
         const void *stdin_data;
         size_t stdin_len;
+        /* stdin_stream: the program's stdin is (a duplicate of) stdin_fd, the
+         * read end of a pipe the caller feeds while it runs; stdin_data is
+         * then ignored. */
+        bool stdin_stream;
+        int stdin_fd;
         uint64_t timeout_ms;
         uint64_t output_max_bytes;  /* kept per stream (head + tail) */
         uint64_t output_stop_bytes; /* stop the exec past this much; 0 = none */

@@ -104,7 +104,11 @@ static int build_request(struct exec_state *st, char *msg, size_t *ret_len, stru
 static int make_pipes(struct exec_state *st, struct cage_error *err)
 {
         int p[2];
-        if (st->ex->stdin_data) {
+        if (st->ex->stdin_stream) {
+                st->child[BOX_FD_STDIN] = fcntl(st->ex->stdin_fd, F_DUPFD_CLOEXEC, 3);
+                if (st->child[BOX_FD_STDIN] < 0)
+                        return cage_fail(err, -errno, "stdin");
+        } else if (st->ex->stdin_data) {
                 if (pipe2(p, O_CLOEXEC) < 0)
                         return cage_fail(err, -errno, "pipe");
                 st->child[BOX_FD_STDIN] = p[0];
@@ -466,8 +470,8 @@ int cage_box_exec(struct cage_box *box, const struct cage_exec *ex,
         if (r < 0)
                 return r;
         uint64_t t0 = clock_mono_ns();
-        st.w.in_data = ex->stdin_data;
-        st.w.in_left = ex->stdin_data ? ex->stdin_len : 0;
+        st.w.in_data = ex->stdin_stream ? NULL : ex->stdin_data;
+        st.w.in_left = ex->stdin_data && !ex->stdin_stream ? ex->stdin_len : 0;
         st.w.output_stop_bytes = ex->output_stop_bytes;
         st.oom_before = oom_kills_now(box);
         if ((r = watch_capture(&st.w, ex->output_max_bytes)) < 0) {

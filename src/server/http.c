@@ -50,6 +50,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "server/e2b.h" /* the E2B-compatible listener */
 #include "server/http.h"
 #include "server/mcp_http.h" /* MCP: /mcp */
 #include "services/config.h"
@@ -64,7 +65,7 @@
 #define HTTP_DISCARD_MAX     (64ULL * 1024 * 1024) /* past the limit, then close */
 #define HTTP_LOG_PATH_MAX    256 /* bytes of a path kept in logs and audit records */
 #define HTTP_METHOD_MAX      16  /* bytes kept of a method, with its NUL */
-#define DESCRIBE_MAX         (3 * 128 + 96)
+#define DESCRIBE_MAX         (3 * 128 + 160)
 
 struct cage_http_server {
         struct http_context ctx;
@@ -77,8 +78,9 @@ struct cage_http_server {
         struct cage_redactor **retired; /* redactors of earlier configs */
         size_t n_retired;
         int shutdown_pipe[2];
-        char *unix_path;      /* the socket we created, removed at stop */
-        struct mcp_http *mcp; /* MCP: the /mcp endpoint (mcp_http.c) */
+        char *unix_path;        /* the socket we created, removed at stop */
+        struct mcp_http *mcp;   /* MCP: the /mcp endpoint (mcp_http.c) */
+        struct e2b_server *e2b; /* e2b.listen (e2b_http.c), or NULL */
         char describe[DESCRIBE_MAX];
 };
 
@@ -95,12 +97,10 @@ struct http_request {
         bool unix_socket;
         const char *guard_message; /* why the Host / Origin policy refused it */
         unsigned status;
-        bool started, responded, too_large;
+        bool started, responded;
         bool counted; /* in *ctx->active */
         struct http_match match;
-        char *body;
-        size_t body_len, body_cap;
-        uint64_t discarded; /* bytes past the limit, counted, not kept */
+        struct http_body body;
         struct sse_stream *stream;
         /* MCP: a request to /mcp, handled by mcp_http.c */
         bool mcp;
@@ -241,9 +241,7 @@ static enum MHD_Result respond_error(struct http_request *req, struct MHD_Connec
 {
         req->status = status;
         req->responded = true;
-        free(req->body);
-        req->body = NULL;
-        req->body_len = req->body_cap = 0;
+        http_body_clear(&req->body);
         return (enum MHD_Result)http_queue_error(conn, status, message, allow, status == 401);
 }
 
@@ -377,7 +375,7 @@ static enum MHD_Result finish_mcp(struct http_request *req, struct MHD_Connectio
 {
         req->responded = true;
         return (enum MHD_Result)mcp_http_handle(mcp_of(req), conn, req->method, req->tenant,
-                                                req->body ? req->body : "", req->body_len,
+                                                req->body.data ? req->body.data : "", req->body.len,
                                                 &req->status, &req->mcp_req);
 }
 
@@ -461,34 +459,46 @@ static enum MHD_Result begin(struct http_request *req, struct MHD_Connection *co
  * limit without a Content-Length (chunked) is freed at once, the rest is
  * counted and discarded, and the 413 goes out when it ends -- or the
  * connection is closed if the client goes on past HTTP_DISCARD_MAX. */
-static enum MHD_Result take_body(struct http_request *req, const char *data, size_t *size)
+bool http_body_take(struct http_body *b, uint64_t max, const char *data, size_t n)
 {
-        uint64_t max = req->ctx->cfg->limits.max_body_bytes;
-        size_t n = *size;
-        *size = 0;
-        if (req->too_large || req->body_len + (uint64_t)n > max) {
-                free(req->body);
-                req->body = NULL;
-                req->body_cap = 0;
-                req->too_large = true;
-                req->discarded += n;
-                return req->discarded > HTTP_DISCARD_MAX ? MHD_NO : MHD_YES;
+        if (b->too_large || b->len + (uint64_t)n > max) {
+                free(b->data);
+                b->data = NULL;
+                b->cap = 0;
+                b->too_large = true;
+                b->discarded += n;
+                return b->discarded <= HTTP_DISCARD_MAX;
         }
-        if (req->body_len + n + 1 > req->body_cap) {
-                size_t cap = req->body_cap ? req->body_cap : HTTP_BODY_INITIAL;
-                while (cap < req->body_len + n + 1)
+        if (b->len + n + 1 > b->cap) {
+                size_t cap = b->cap ? b->cap : HTTP_BODY_INITIAL;
+                while (cap < b->len + n + 1)
                         cap *= 2;
                 if (cap > max + 1)
                         cap = (size_t)max + 1;
-                char *nb = realloc(req->body, cap);
+                char *nb = realloc(b->data, cap);
                 if (!nb)
-                        return MHD_NO;
-                req->body = nb;
-                req->body_cap = cap;
+                        return false;
+                b->data = nb;
+                b->cap = cap;
         }
-        memcpy(req->body + req->body_len, data, n);
-        req->body_len += n;
-        return MHD_YES;
+        memcpy(b->data + b->len, data, n);
+        b->len += n;
+        b->data[b->len] = '\0';
+        return true;
+}
+
+void http_body_clear(struct http_body *b)
+{
+        free(b->data);
+        *b = (struct http_body){0};
+}
+
+static enum MHD_Result take_body(struct http_request *req, const char *data, size_t *size)
+{
+        size_t n = *size;
+        *size = 0;
+        return http_body_take(&req->body, req->ctx->cfg->limits.max_body_bytes, data, n) ? MHD_YES
+                                                                                         : MHD_NO;
 }
 
 static bool wants_sse(struct MHD_Connection *conn)
@@ -504,7 +514,7 @@ static int call_handler(struct http_request *req, struct MHD_Connection *conn,
         json_auto_t *json = NULL;
         int r;
         if ((req->match.flags & ROUTE_JSON_BODY) &&
-            (r = http_body_json(req->body, req->body_len, &json, err)) < 0)
+            (r = http_body_json(req->body.data, req->body.len, &json, err)) < 0)
                 return r;
         char *q = strchr(req->raw_uri, '?');
         struct http_call call = {
@@ -516,8 +526,8 @@ static int call_handler(struct http_request *req, struct MHD_Connection *conn,
                 .run_id = req->match.run_id,
                 .path = req->match.path,
                 .query = q ? q + 1 : "",
-                .body = req->body ? req->body : "",
-                .body_len = req->body_len,
+                .body = req->body.data ? req->body.data : "",
+                .body_len = req->body.len,
                 .json = json,
                 .wants_sse = wants_sse(conn),
                 .stream = &req->stream,
@@ -540,8 +550,6 @@ static enum MHD_Result finish(struct http_request *req, struct MHD_Connection *c
 {
         struct http_reply reply = {0};
         struct cage_error err = {0};
-        if (req->body)
-                req->body[req->body_len] = '\0';
         if (req->mcp) /* MCP */
                 return finish_mcp(req, conn);
         /* A service call may take as long as an exec's timeout: no idle
@@ -579,7 +587,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         }
         if (*upload_size)
                 return take_body(req, upload, upload_size);
-        if (req->too_large)
+        if (req->body.too_large)
                 return refuse_too_large(req, conn);
         return finish(req, conn);
 }
@@ -597,29 +605,28 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         if (req->counted)
                 atomic_fetch_sub(req->ctx->active, 1);
         http_match_clear(&req->match);
-        free(req->body);
+        http_body_clear(&req->body);
         free(req->raw_uri);
         free(req);
 }
 
 /* ---- listeners ------------------------------------------------------------ */
 
-/* A TCP listener on addr; key names it in messages ("listen.http"). */
-static int open_tcp(const struct sockaddr_storage *addr, socklen_t addr_len, const char *key,
+int http_listen_tcp(const struct sockaddr_storage *addr, socklen_t addr_len, const char *field,
                     const char *text, int *ret, struct cage_error *err)
 {
         int family = addr->ss_family, one = 1;
         _cleanup_close_ int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (fd < 0)
-                return cage_fail(err, -errno, "%s: socket", key);
+                return cage_fail(err, -errno, "%s: socket", field);
         if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
             (family == AF_INET6 &&
              setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one)) < 0))
-                return cage_fail(err, -errno, "%s: setsockopt", key);
+                return cage_fail(err, -errno, "%s: setsockopt", field);
         if (bind(fd, (const struct sockaddr *)addr, addr_len) < 0)
-                return cage_fail(err, -errno, "%s: cannot bind %s", key, text);
+                return cage_fail(err, -errno, "%s: cannot bind %s", field, text);
         if (listen(fd, 128) < 0)
-                return cage_fail(err, -errno, "%s: listen", key);
+                return cage_fail(err, -errno, "%s: listen", field);
         *ret = TAKE_FD(fd);
         return 0;
 }
@@ -723,7 +730,7 @@ static int start_daemon(struct cage_http_server *srv, struct http_context *ctx, 
         return 0;
 }
 
-static void describe_tcp(struct cage_http_server *srv, int fd, const char *prefix)
+void http_describe_tcp(int fd, char *out, size_t out_len)
 {
         struct sockaddr_storage ss;
         socklen_t len = sizeof(ss);
@@ -741,9 +748,16 @@ static void describe_tcp(struct cage_http_server *srv, int fd, const char *prefi
                 }
         }
         bool v6 = ss.ss_family == AF_INET6;
+        snprintf(out, out_len, "http://%s%s%s:%u", v6 ? "[" : "", host, v6 ? "]" : "", port);
+}
+
+/* Appends "PREFIXhttp://ADDR:PORT" of a listener to srv->describe. */
+static void describe_listener(struct cage_http_server *srv, int fd, const char *prefix)
+{
+        char url[160];
+        http_describe_tcp(fd, url, sizeof(url));
         size_t n = strlen(srv->describe);
-        snprintf(srv->describe + n, sizeof(srv->describe) - n, "%shttp://%s%s%s:%u", prefix,
-                 v6 ? "[" : "", host, v6 ? "]" : "", port);
+        snprintf(srv->describe + n, sizeof(srv->describe) - n, "%s%s", prefix, url);
 }
 
 static int start_listeners(struct cage_http_server *srv, struct cage_error *err)
@@ -751,10 +765,10 @@ static int start_listeners(struct cage_http_server *srv, struct cage_error *err)
         const struct cage_config *cfg = srv->ctx.cfg;
         int fd = -1, r;
         if (cfg->listen_http) {
-                if ((r = open_tcp(&cfg->http_addr, cfg->http_addr_len, "listen.http",
-                                  cfg->listen_http, &fd, err)) < 0)
+                if ((r = http_listen_tcp(&cfg->http_addr, cfg->http_addr_len, "listen.http",
+                                         cfg->listen_http, &fd, err)) < 0)
                         return r;
-                describe_tcp(srv, fd, "");
+                describe_listener(srv, fd, "");
                 if ((r = start_daemon(srv, &srv->ctx, fd, err)) < 0)
                         return r;
         }
@@ -774,10 +788,10 @@ static int start_listeners(struct cage_http_server *srv, struct cage_error *err)
                         return r;
         }
         if (cfg->listen_metrics) {
-                if ((r = open_tcp(&cfg->metrics_addr, cfg->metrics_addr_len, "listen.metrics",
-                                  cfg->listen_metrics, &fd, err)) < 0)
+                if ((r = http_listen_tcp(&cfg->metrics_addr, cfg->metrics_addr_len,
+                                         "listen.metrics", cfg->listen_metrics, &fd, err)) < 0)
                         return r;
-                describe_tcp(srv, fd, " and metrics on ");
+                describe_listener(srv, fd, " and metrics on ");
                 if ((r = start_daemon(srv, &srv->metrics_ctx, fd, err)) < 0)
                         return r;
         }
@@ -816,6 +830,13 @@ int cage_http_start(const struct cage_config *cfg, struct cage_service *svc,
                 return r;
         if ((r = start_listeners(srv, err)) < 0)
                 return r;
+        if ((r = e2b_start(cfg, svc, srv->ctx.redactor, srv->ctx.shutdown_fd, &srv->e2b, err)) < 0)
+                return r;
+        if (srv->e2b) {
+                size_t n = strlen(srv->describe);
+                snprintf(srv->describe + n, sizeof(srv->describe) - n, " and e2b %s",
+                         e2b_describe(srv->e2b));
+        }
         *ret = TAKE_PTR(srv);
         return 0;
 }
@@ -894,6 +915,7 @@ struct cage_http_server *cage_http_stop(struct cage_http_server *srv)
                 if (srv->quiesced_fds[i] >= 0)
                         close(srv->quiesced_fds[i]);
         }
+        srv->e2b = e2b_stop(srv->e2b);
         mcp_http_free(srv->mcp); /* MCP: after every connection is gone */
         remove_socket(srv->unix_path);
         free(srv->unix_path);

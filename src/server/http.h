@@ -25,6 +25,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "codecage/codecage.h"
 
@@ -144,6 +145,26 @@ typedef int (*http_handler_fn)(struct http_call *call, struct http_reply *reply,
  * "unix" when they cannot be read); "" when unknown. Returns whether the
  * connection came over the Unix socket. */
 bool http_peer(struct MHD_Connection *conn, char out[HTTP_REMOTE_MAX]);
+
+/* A request body buffered up to a limit: past it the bytes are counted and
+ * dropped (too_large) so the 413 can go out once the client is done. */
+struct http_body {
+        char *data; /* NUL-terminated after len bytes, or NULL */
+        size_t len, cap;
+        bool too_large;
+        uint64_t discarded; /* bytes past the limit, counted, not kept */
+};
+/* Appends n bytes within max; false when the connection should close
+ * (out of memory, or more than 64 MiB discarded). */
+bool http_body_take(struct http_body *b, uint64_t max, const char *data, size_t n);
+void http_body_clear(struct http_body *b);
+
+/* A listening TCP socket on addr (SO_REUSEADDR; IPv6 only for IPv6);
+ * field and text name it in errors ("listen.http", "127.0.0.1:8080"). */
+int http_listen_tcp(const struct sockaddr_storage *addr, socklen_t addr_len, const char *field,
+                    const char *text, int *ret, struct cage_error *err);
+/* "http://ADDR:PORT" of a bound socket. */
+void http_describe_tcp(int fd, char *out, size_t out_len);
 
 /* routes.c */
 enum http_route_flags {

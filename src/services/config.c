@@ -1061,10 +1061,10 @@ static bool addr_is_loopback(const struct sockaddr_storage *ss)
         return IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127;
 }
 
-/* "IPV4:PORT", "[IPV6]:PORT" or "localhost:PORT" (= 127.0.0.1) into ss;
- * field names the key in the message. */
-static int parse_addr(const char *s, const char *field, struct sockaddr_storage *ss,
-                      socklen_t *ss_len, struct cage_error *err)
+/* "IPV4:PORT", "[IPV6]:PORT" or "localhost:PORT" (= 127.0.0.1) into *ss,
+ * ready for bind(); field names the key in the message. */
+int config_parse_addr(const char *field, const char *s, struct sockaddr_storage *ss,
+                      socklen_t *ss_len, bool *loopback, struct cage_error *err)
 {
         char host[HTTP_ADDR_MAX + 1];
         const char *port;
@@ -1103,6 +1103,7 @@ static int parse_addr(const char *s, const char *field, struct sockaddr_storage 
                 in->sin_port = htons((uint16_t)atoi(port));
                 *ss_len = sizeof(*in);
         }
+        *loopback = addr_is_loopback(ss);
         return 0;
 bad:
         return cage_fail(err, -EINVAL,
@@ -1111,21 +1112,15 @@ bad:
                          field, s);
 }
 
-static int parse_http_addr(const char *s, struct cage_config *cfg, struct cage_error *err)
-{
-        int r = parse_addr(s, "listen.http", &cfg->http_addr, &cfg->http_addr_len, err);
-        if (r == 0)
-                cfg->http_loopback = addr_is_loopback(&cfg->http_addr);
-        return r;
-}
-
 /* listen.metrics: unauthenticated, so loopback only. */
 static int parse_metrics_addr(const char *s, struct cage_config *cfg, struct cage_error *err)
 {
-        int r = parse_addr(s, "listen.metrics", &cfg->metrics_addr, &cfg->metrics_addr_len, err);
+        bool loopback = false;
+        int r = config_parse_addr("listen.metrics", s, &cfg->metrics_addr, &cfg->metrics_addr_len,
+                                  &loopback, err);
         if (r < 0)
                 return r;
-        if (!addr_is_loopback(&cfg->metrics_addr))
+        if (!loopback)
                 return cage_fail(err, -EINVAL,
                                  "listen.metrics: \"%s\" is not a loopback address; the metrics "
                                  "listener asks for no token, so it may only listen on "
@@ -1171,7 +1166,8 @@ static int parse_listen(json_t *root, struct cage_config *cfg, struct cage_error
                 unix_set = r > 0;
         }
         if (http) {
-                if ((r = parse_http_addr(http, cfg, err)) < 0)
+                if ((r = config_parse_addr("listen.http", http, &cfg->http_addr,
+                                           &cfg->http_addr_len, &cfg->http_loopback, err)) < 0)
                         return r;
                 if (strdup_to(&cfg->listen_http, http) < 0)
                         return cage_fail(err, -ENOMEM, "listen.http");
@@ -1336,6 +1332,7 @@ static int config_from_json(json_t *root, struct cage_config **ret, struct cage_
                                            "pool",
                                            "quotas",
                                            "drain_timeout_s",
+                                           "e2b",
                                            NULL};
         json_auto_t *empty = NULL;
         int r;
@@ -1362,7 +1359,8 @@ static int config_from_json(json_t *root, struct cage_config **ret, struct cage_
             (r = config_parse_network(root, cfg, err)) < 0 ||
             (r = cage_images_config_parse(json_object_get(root, "images"), &cfg->images, err)) <
                     0 ||
-            (r = parse_pool(root, cfg, err)) < 0 || (r = parse_quotas(root, cfg, err)) < 0)
+            (r = parse_pool(root, cfg, err)) < 0 || (r = parse_quotas(root, cfg, err)) < 0 ||
+            (r = config_parse_e2b(root, cfg, err)) < 0)
                 return r;
         *ret = TAKE_PTR(cfg);
         return 0;
@@ -1458,6 +1456,7 @@ struct cage_config *cage_config_free(struct cage_config *cfg)
         free(cfg->pool_images);
         free(cfg->data_dir);
         free(cfg->listen_http);
+        free(cfg->e2b.listen);
         free(cfg->listen_unix);
         free(cfg->listen_metrics);
         free(cfg->audit_log);

@@ -131,6 +131,15 @@ struct cage_pool_image {
         uint32_t size;
 };
 
+/* The `e2b` section: the E2B-compatible listener (docs/E2B.md). */
+struct cage_config_e2b {
+        char *listen; /* NULL: off */
+        struct sockaddr_storage addr;
+        socklen_t addr_len;
+        bool loopback;
+        uint64_t timeout_s_max; /* the longest lifetime a sandbox may ask for */
+};
+
 struct cage_config {
         char *data_dir;
 
@@ -172,6 +181,7 @@ struct cage_config {
         struct cage_config_pip pip;
         struct cage_config_fetch fetch;
         struct cage_images_config images; /* the `images` section (docs/IMAGES.md) */
+        struct cage_config_e2b e2b;
 };
 
 /* The configuration used when no file is given: every default, validated. */

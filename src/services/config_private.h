@@ -6,7 +6,9 @@
 #define CODECAGE_SERVICES_CONFIG_PRIVATE_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
+#include <sys/socket.h>
 
 #include "config.h"
 
@@ -23,6 +25,13 @@ int config_get_string(json_t *obj, const char *where, const char *key, size_t ma
 /* A number of `kind` within [lo, hi]. */
 int config_get_number(json_t *obj, const char *where, const char *key, enum num_kind kind,
                       double lo, double hi, double *ret, struct cage_error *err);
+
+/* "IPV4:PORT", "[IPV6]:PORT" or "localhost:PORT" into *ss (ready for
+ * bind()); field names the key in the message. */
+int config_parse_addr(const char *field, const char *s, struct sockaddr_storage *ss,
+                      socklen_t *ss_len, bool *loopback, struct cage_error *err);
+/* config_e2b.c: the "e2b" section. */
+int config_parse_e2b(json_t *root, struct cage_config *cfg, struct cage_error *err);
 
 /* config_network.c: the "network", "pip" and "fetch" sections. */
 int config_parse_network(json_t *root, struct cage_config *cfg, struct cage_error *err);

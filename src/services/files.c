@@ -764,6 +764,47 @@ int cage_files_delete(int root_fd, const char *path, bool recursive, struct cage
         return 0;
 }
 
+/* The parent directory of rel, created when missing, and the last name. */
+static int open_parent_made(int root_fd, const char *rel, const struct stat *owner,
+                            const char **ret_name)
+{
+        char parent[CAGE_FILES_PATH_MAX + 1] = "";
+        const char *name = base_name(rel);
+        if (name != rel) {
+                memcpy(parent, rel, (size_t)(name - 1 - rel));
+                parent[name - 1 - rel] = '\0';
+        }
+        int fd = mkdir_parents(root_fd, parent, owner);
+        if (fd >= 0)
+                *ret_name = name;
+        return fd;
+}
+
+int cage_files_move(int root_fd, const char *from, const char *to, struct cage_error *err)
+{
+        char src[CAGE_FILES_PATH_MAX + 1], dst[CAGE_FILES_PATH_MAX + 1];
+        struct stat owner;
+        const char *sname, *dname;
+        int r = cage_files_check_path(from, src, err);
+        if (r < 0 || (r = cage_files_check_path(to, dst, err)) < 0 ||
+            (r = root_owner(root_fd, &owner, err)) < 0)
+                return r;
+        if (!src[0] || !dst[0])
+                return cage_fail(err, -EINVAL, PATH_FMT ": the workspace root cannot be moved",
+                                 src[0] ? to : from);
+        _cleanup_close_ int sfd = open_parent(root_fd, src, &sname);
+        if (sfd < 0)
+                return fail_path(err, sfd, from, "cannot move");
+        _cleanup_close_ int dfd = open_parent_made(root_fd, dst, &owner, &dname);
+        if (dfd < 0)
+                return fail_path(err, dfd, to, "cannot move to");
+        /* Both names are single components of directories resolved beneath
+         * the root: the rename can neither follow nor leave through a link. */
+        if (renameat(sfd, sname, dfd, dname) < 0)
+                return fail_path(err, -errno, from, "cannot move");
+        return 0;
+}
+
 /* --- artifacts ------------------------------------------------------------ */
 
 struct file_rec {

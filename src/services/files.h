@@ -65,6 +65,9 @@ int cage_files_mkdir(int root_fd, const char *path, struct cage_error *err);
  * 256 levels, what was removed stays removed). The root itself cannot be
  * removed (-EINVAL). */
 int cage_files_delete(int root_fd, const char *path, bool recursive, struct cage_error *err);
+/* Renames from to to (replacing a file there), creating the missing parent
+ * directories of to; neither may be the root. */
+int cage_files_move(int root_fd, const char *from, const char *to, struct cage_error *err);
 
 /* Content sniffing (libmagic), e.g. "image/png"; never fails: unknown
  * content is "application/octet-stream". Safe from any thread (one libmagic

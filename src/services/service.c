@@ -396,6 +396,7 @@ static void stop_locked(struct sb *sb, const char *how)
         while (sb->active > 0)
                 pthread_cond_wait(&sb->changed, &sb->lock);
         svc_drop_session(sb); /* no call uses it: active is 0 */
+        svc_contexts_stop(sb);
         sb->box = cage_box_destroy(sb->box);
         svc_quota_sandbox_stop(sb->svc, sb->tenant, sb->spec ? sb->spec->memory_mib : 0);
         (void)cage_store_set_state(sb->svc->store, sb->id, CAGE_SANDBOX_STOPPED, NULL, NULL);
@@ -742,6 +743,7 @@ static void take_box_locked(struct sb *sb, struct disposal *d)
         while (sb->active > 0)
                 pthread_cond_wait(&sb->changed, &sb->lock);
         d->session = sb->session;
+        svc_contexts_stop(sb);
         d->box = sb->box;
         if (sb->session)
                 svc_quota_session_end(sb->svc, sb->tenant);
@@ -1016,6 +1018,7 @@ static void park_locked(struct sb *sb)
         if (pthread_mutex_trylock(&sb->py_lock) != 0)
                 return;
         cage_session_park(sb->session);
+        svc_contexts_park(sb);
         pthread_mutex_unlock(&sb->py_lock);
 }
 

@@ -248,6 +248,8 @@ static void run_exec(struct cage_service *svc, struct cage_box *box, const struc
                 opts.on_output = io->on_output;
                 opts.on_output_ctx = io->on_output_ctx;
                 opts.cancel_fd = io->cancel_fd;
+                ex.stdin_stream = io->stdin_stream;
+                ex.stdin_fd = io->stdin_fd;
         }
         (void)svc;
         *r = cage_box_exec(box, &ex, &opts, res, err);

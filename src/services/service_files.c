@@ -149,3 +149,20 @@ int cage_service_file_delete(struct cage_service *svc, const char *tenant, const
         svc_unref(sb);
         return r;
 }
+
+int cage_service_file_move(struct cage_service *svc, const char *tenant, const char *name,
+                           const char *from, const char *to, struct cage_error *err)
+{
+        struct sb *sb;
+        _cleanup_close_ int ws = open_ws(svc, tenant, name, &sb, err);
+        if (ws < 0)
+                return ws;
+        int r = cage_files_move(ws, from, to, err);
+        svc_audit_denied(svc, r, tenant, name, err);
+        if (r == 0) {
+                audit_file(sb, CAGE_AUDIT_FILE_DELETE, from, -1);
+                audit_file(sb, CAGE_AUDIT_FILE_WRITE, to, -1);
+        }
+        svc_unref(sb);
+        return r;
+}

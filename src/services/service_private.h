@@ -31,6 +31,15 @@
 #include "services/upstream.h"
 #include "services/workspace.h"
 
+/* A Python context: an extra session of a named sandbox, beside its main
+ * one (service_python.c). Started on first use; its id stays until it is
+ * removed or the sandbox is. */
+#define SVC_CONTEXTS_MAX 16
+struct svc_context {
+        char id[CAGE_STORE_ID_LEN + 1]; /* "" when the slot is free */
+        struct cage_session *session;   /* under py_lock; freed by stop (active == 0) */
+};
+
 struct sb {
         struct cage_service *svc;
         unsigned refs; /* under svc->lock */
@@ -50,6 +59,7 @@ struct sb {
         char *workspace;              /* the mounted workspace directory, or NULL */
         pthread_mutex_t py_lock;      /* one Python call at a time */
         struct cage_session *session; /* under py_lock; freed by stop (active == 0) */
+        struct svc_context contexts[SVC_CONTEXTS_MAX];
         struct log_ring logs;
         struct sb *next, *prev; /* the registry's list */
         struct sb *hnext;       /* the registry's index bucket */
@@ -155,6 +165,10 @@ int svc_ensure_running(struct sb *sb, bool *restarted, struct cage_error *err);
 int svc_enter(struct sb *sb, bool *restarted, struct cage_box **box, int *ws_fd,
               struct cage_error *err);
 void svc_leave(struct sb *sb, const struct cage_result *logged);
+/* With no call active: frees the sessions of every context (ids kept);
+ * park: gives back their cgroup fds instead (service_python.c). */
+void svc_contexts_stop(struct sb *sb);
+void svc_contexts_park(struct sb *sb);
 
 /* With sb->lock held: mounts the workspace if needed; an O_PATH fd of it. */
 int svc_workspace_fd(struct sb *sb, struct cage_error *err);

@@ -6,7 +6,12 @@
  * across calls; calls on it are serialised by sb->py_lock. A run that loses
  * the session's state (an interrupt the code ignored, a crash) frees it:
  * the next call starts a fresh one, and the result of the losing run says
- * state_lost. Stopping the sandbox ends the session with it. */
+ * state_lost. Stopping the sandbox ends the session with it.
+ *
+ * Contexts are extra sessions of a named sandbox (at most
+ * SVC_CONTEXTS_MAX), each its own interpreter in the same sandbox: a run
+ * names one with "context". They share py_lock with the main session, so
+ * a sandbox's Python calls still run one at a time. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,7 +27,7 @@
 #define REQUEST_TIMEOUT_MS 30000
 #define HOST_BUDGET_MAX    10000
 
-static const char *const run_keys[] = {"code", "timeout_s", "host_budget", NULL};
+static const char *const run_keys[] = {"code", "timeout_s", "host_budget", "context", "env", NULL};
 static const char *const oneshot_extra[] = {"code", "files", "host_budget", NULL};
 
 struct py_req {
@@ -30,7 +35,36 @@ struct py_req {
         size_t code_len;
         uint64_t timeout_ms;
         uint32_t host_budget;
+        json_t *env; /* named sandboxes: variables for this run only, or NULL */
 };
+
+/* The `env` of a run in a named sandbox: the spec's rules for names and values. */
+static int parse_run_env(const json_t *req, struct py_req *q, struct cage_error *err)
+{
+        json_t *env = json_object_get(req, "env");
+        if (!env || json_is_null(env))
+                return 0;
+        if (!json_is_object(env) || json_object_size(env) > SVC_ENV_MAX)
+                return cage_fail(err, -EINVAL, "env: must be an object of at most %d strings",
+                                 SVC_ENV_MAX);
+        const char *k;
+        json_t *v;
+        json_object_foreach(env, k, v)
+        {
+                size_t n = strlen(k);
+                if (!n || n > VAR_NAME_MAX || (k[0] >= '0' && k[0] <= '9') ||
+                    strspn(k, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_0123456789") !=
+                            n)
+                        return cage_fail(err, -EINVAL, "env: \"%.64s\" is not a valid name", k);
+                if (!json_is_string(v) || strlen(json_string_value(v)) != json_string_length(v) ||
+                    json_string_length(v) > SVC_ENV_VALUE_MAX)
+                        return cage_fail(err, -EINVAL,
+                                         "env.%s: must be a string of at most %d bytes", k,
+                                         SVC_ENV_VALUE_MAX);
+        }
+        q->env = env;
+        return 0;
+}
 
 static int parse_code(const json_t *req, struct py_req *q, struct cage_error *err)
 {
@@ -119,6 +153,7 @@ static void fill_run(struct cage_session_run *run, const struct py_req *q, uint6
         }
         run->host = route_host_call;
         run->host_ctx = host;
+        run->env = q->env;
         if (host->front)
                 run->functions = host->front->functions;
 }
@@ -191,20 +226,67 @@ int svc_session_start(struct cage_box *box, const char *image, struct cage_sessi
 
 /* ---- named sandboxes ---- */
 
-/* With py_lock held: the sandbox's session, started if needed. */
-static int session_of(struct sb *sb, struct cage_box *box, struct cage_error *err)
+/* With py_lock held: the slot of context id (NULL: the main session), or
+ * NULL with err filled. */
+static struct cage_session **session_slot(struct sb *sb, const char *id, struct cage_error *err)
 {
-        if (sb->session && !cage_session_alive(sb->session))
+        if (!id)
+                return &sb->session;
+        for (size_t i = 0; i < SVC_CONTEXTS_MAX; i++)
+                if (sb->contexts[i].id[0] && strcmp(sb->contexts[i].id, id) == 0)
+                        return &sb->contexts[i].session;
+        cage_fail(err, -ENOENT, "context \"%.64s\": no such context in sandbox \"%s\"", id,
+                  sb->name);
+        return NULL;
+}
+
+/* With py_lock held: frees the session of a run that lost its state (the
+ * main one through svc_drop_session, which also ends its quota count). */
+static void drop_if_dead(struct sb *sb, const char *id)
+{
+        struct cage_error ignored;
+        struct cage_session **slot = session_slot(sb, id, &ignored);
+        if (!slot || !*slot || cage_session_alive(*slot))
+                return;
+        if (id)
+                *slot = cage_session_free(*slot);
+        else
                 svc_drop_session(sb);
-        if (sb->session)
-                return 0;
-        int r = svc_quota_session_start(sb->svc, sb->tenant, err);
-        if (r < 0)
-                return r;
-        r = svc_session_start(box, sb->spec->image, &sb->session, err);
-        if (r < 0)
-                svc_quota_session_end(sb->svc, sb->tenant);
+}
+
+/* With py_lock held: the session of context id (NULL: the main one),
+ * started if needed, in *ret. The main session counts against the
+ * tenant's quota of sessions; contexts are the E2B listener's extra ones. */
+static int session_of(struct sb *sb, struct cage_box *box, const char *id,
+                      struct cage_session **ret, struct cage_error *err)
+{
+        struct cage_session **slot = session_slot(sb, id, err);
+        if (!slot)
+                return -ENOENT;
+        drop_if_dead(sb, id);
+        int r = 0;
+        if (!*slot) {
+                if (!id && (r = svc_quota_session_start(sb->svc, sb->tenant, err)) < 0)
+                        return r;
+                r = svc_session_start(box, sb->spec->image, slot, err);
+                if (r < 0 && !id)
+                        svc_quota_session_end(sb->svc, sb->tenant);
+        }
+        if (r == 0)
+                *ret = *slot;
         return r;
+}
+
+void svc_contexts_stop(struct sb *sb)
+{
+        for (size_t i = 0; i < SVC_CONTEXTS_MAX; i++)
+                sb->contexts[i].session = cage_session_free(sb->contexts[i].session);
+}
+
+void svc_contexts_park(struct sb *sb)
+{
+        for (size_t i = 0; i < SVC_CONTEXTS_MAX; i++)
+                cage_session_park(sb->contexts[i].session);
 }
 
 static int run_named(struct cage_service *svc, const char *tenant, const char *name,
@@ -214,11 +296,18 @@ static int run_named(struct cage_service *svc, const char *tenant, const char *n
         struct sb *sb;
         struct py_req q = {0};
         struct cage_box *box;
+        struct cage_session *session = NULL;
         bool restarted;
         _cleanup_close_ int ws = -1;
+        const json_t *ctx = json_object_get(req, "context");
         int r = check_keys(req, run_keys, err);
+        if (r == 0 && ctx && !json_is_null(ctx) && !json_is_string(ctx))
+                r = cage_fail(err, -EINVAL, "context: must be the id of a context");
+        const char *ctx_id = json_is_string(ctx) ? json_string_value(ctx) : NULL;
         if (r == 0)
                 r = parse_code(req, &q, err);
+        if (r == 0)
+                r = parse_run_env(req, &q, err);
         if (r == 0)
                 r = svc_lookup(svc, tenant, name, &sb, err);
         if (r < 0)
@@ -234,16 +323,16 @@ static int run_named(struct cage_service *svc, const char *tenant, const char *n
         struct cage_artifact_snapshot *before = NULL;
         json_t *artifacts = NULL;
         pthread_mutex_lock(&sb->py_lock);
-        r = session_of(sb, box, err);
+        r = session_of(sb, box, ctx_id, &session, err);
         if (r == 0) {
                 struct cage_session_run run;
                 struct run_host rh = {.svc = svc, .front = host};
                 fill_run(&run, &q, sb->spec->output_max_bytes, io, &rh);
                 (void)cage_artifacts_snapshot(ws, &before, NULL);
-                r = cage_session_run(sb->session, &run, ret, err);
+                r = cage_session_run(session, &run, ret, err);
         }
-        if (r == 0 && !cage_session_alive(sb->session))
-                svc_drop_session(sb);
+        if (r == 0)
+                drop_if_dead(sb, ctx_id);
         pthread_mutex_unlock(&sb->py_lock);
         if (r == 0) {
                 if (cage_artifacts_collect(ws, before, &artifacts, NULL) == 0)
@@ -352,12 +441,12 @@ static int session_call(struct cage_service *svc, const char *tenant, const char
                 return r;
         }
         pthread_mutex_lock(&sb->py_lock);
-        r = session_of(sb, box, err);
+        struct cage_session *session = NULL;
+        r = session_of(sb, box, NULL, &session, err);
         if (r == 0)
-                r = cage_session_request(sb->session, msg, blob, blob_len, REQUEST_TIMEOUT_MS,
-                                         &answer, err);
-        if (sb->session && !cage_session_alive(sb->session))
-                svc_drop_session(sb);
+                r = cage_session_request(session, msg, blob, blob_len, REQUEST_TIMEOUT_MS, &answer,
+                                         err);
+        drop_if_dead(sb, NULL);
         pthread_mutex_unlock(&sb->py_lock);
         svc_leave(sb, NULL);
         svc_unref(sb);
@@ -472,4 +561,121 @@ int cage_service_python_reset(struct cage_service *svc, const char *tenant, cons
                     : cage_fail(err, -ENOMEM, "request");
         json_decref(msg);
         return r;
+}
+
+/* ---- contexts ---- */
+
+/* Runs fn on the sandbox with py_lock held and no stop possible meanwhile
+ * (the sandbox is entered, so started when it was stopped). */
+static int with_sessions(struct cage_service *svc, const char *tenant, const char *name,
+                         int (*fn)(struct sb *sb, const char *id, char *out,
+                                   struct cage_error *err),
+                         const char *id, char *out, struct cage_error *err)
+{
+        struct sb *sb;
+        struct cage_box *box;
+        bool restarted;
+        _cleanup_close_ int ws = -1;
+        int r = svc_lookup(svc, tenant, name, &sb, err);
+        if (r < 0)
+                return r;
+        if ((r = svc_enter(sb, &restarted, &box, &ws, err)) == 0) {
+                pthread_mutex_lock(&sb->py_lock);
+                r = fn(sb, id, out, err);
+                pthread_mutex_unlock(&sb->py_lock);
+                svc_leave(sb, NULL);
+        }
+        svc_unref(sb);
+        return r;
+}
+
+static int context_add(struct sb *sb, const char *id, char *out, struct cage_error *err)
+{
+        (void)id;
+        for (size_t i = 0; i < SVC_CONTEXTS_MAX; i++) {
+                if (sb->contexts[i].id[0])
+                        continue;
+                int r = cage_store_new_id(sb->contexts[i].id, err);
+                if (r == 0)
+                        memcpy(out, sb->contexts[i].id, CAGE_STORE_ID_LEN + 1);
+                return r;
+        }
+        return cage_fail(err, -EPERM,
+                         "sandbox \"%s\" has %d contexts already, the most it may have", sb->name,
+                         SVC_CONTEXTS_MAX);
+}
+
+static int context_drop(struct sb *sb, const char *id, char *out, struct cage_error *err)
+{
+        (void)out;
+        struct cage_session **slot = session_slot(sb, id, err);
+        if (!slot)
+                return -ENOENT;
+        *slot = cage_session_free(*slot);
+        for (size_t i = 0; i < SVC_CONTEXTS_MAX; i++)
+                if (strcmp(sb->contexts[i].id, id) == 0)
+                        sb->contexts[i].id[0] = '\0';
+        return 0;
+}
+
+static int context_restart(struct sb *sb, const char *id, char *out, struct cage_error *err)
+{
+        (void)out;
+        struct cage_session **slot = session_slot(sb, id, err);
+        if (!slot)
+                return -ENOENT;
+        if (id)
+                *slot = cage_session_free(*slot);
+        else
+                svc_drop_session(sb); /* the main session: its quota count ends too */
+        return 0;
+}
+
+static int context_list(struct sb *sb, const char *id, char *out, struct cage_error *err)
+{
+        (void)id;
+        (void)err;
+        size_t n = 0;
+        for (size_t i = 0; i < SVC_CONTEXTS_MAX; i++)
+                if (sb->contexts[i].id[0]) {
+                        memcpy(out + n * (CAGE_STORE_ID_LEN + 1), sb->contexts[i].id,
+                               CAGE_STORE_ID_LEN + 1);
+                        n++;
+                }
+        return (int)n;
+}
+
+int cage_service_python_context_create(struct cage_service *svc, const char *tenant,
+                                       const char *name, char ret_id[CAGE_CONTEXT_ID_LEN + 1],
+                                       struct cage_error *err)
+{
+        return with_sessions(svc, tenant, name, context_add, NULL, ret_id, err);
+}
+
+int cage_service_python_context_remove(struct cage_service *svc, const char *tenant,
+                                       const char *name, const char *id, struct cage_error *err)
+{
+        if (!id)
+                return cage_fail(err, -EINVAL, "the main session cannot be removed");
+        return with_sessions(svc, tenant, name, context_drop, id, NULL, err);
+}
+
+int cage_service_python_context_restart(struct cage_service *svc, const char *tenant,
+                                        const char *name, const char *id, struct cage_error *err)
+{
+        return with_sessions(svc, tenant, name, context_restart, id, NULL, err);
+}
+
+int cage_service_python_context_list(struct cage_service *svc, const char *tenant, const char *name,
+                                     json_t **ret, struct cage_error *err)
+{
+        char ids[SVC_CONTEXTS_MAX][CAGE_STORE_ID_LEN + 1];
+        int n = with_sessions(svc, tenant, name, context_list, NULL, &ids[0][0], err);
+        if (n < 0)
+                return n;
+        json_t *list = json_array();
+        for (int i = 0; list && i < n; i++)
+                json_array_append_new(list, json_string(ids[i]));
+        *ret = list;
+        return list ? 0 : cage_fail(err, -ENOMEM, "contexts");
 }

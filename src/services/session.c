@@ -579,6 +579,8 @@ static json_t *run_message(struct cage_session *s, const struct cage_session_run
                                 (int)(run->host_budget ? run->host_budget : SESSION_HOST_BUDGET));
         if (msg && run->functions)
                 json_object_set(msg, "functions", run->functions);
+        if (msg && run->env)
+                json_object_set(msg, "env", run->env);
         return msg;
 }
 

@@ -45,6 +45,7 @@ struct cage_session_run {
         cage_session_host_fn host;  /* NULL: host calls fail with a clear error */
         void *host_ctx;
         json_t *functions; /* extra host function names (array of strings) or NULL */
+        json_t *env;       /* {NAME: value} in os.environ for this run only, or NULL */
         cage_output_fn on_output;
         void *on_output_ctx;
         int cancel_fd;

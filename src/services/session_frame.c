@@ -56,6 +56,26 @@ int session_frame_take(struct session_frame_reader *rd, json_t **ret)
         return 0;
 }
 
+/* The figures of a run ("images": PNG in base64), when there are any: at
+ * most SESSION_IMAGES_MAX strings, anything else dropped. */
+static void copy_images(json_t *o, const json_t *images)
+{
+        if (!json_is_array(images) || json_array_size(images) == 0)
+                return;
+        json_t *out = json_array();
+        size_t i;
+        const json_t *v;
+        json_array_foreach((json_t *)images, i, v)
+        {
+                if (out && json_is_string(v) && json_array_size(out) < SESSION_IMAGES_MAX)
+                        json_array_append(out, (json_t *)v);
+        }
+        if (out && json_array_size(out) > 0)
+                json_object_set_new(o, "images", out);
+        else
+                json_decref(out);
+}
+
 void session_copy_done(json_t *o, const json_t *done)
 {
         json_t *rv = json_object_get(done, "return_value");
@@ -75,4 +95,5 @@ void session_copy_done(json_t *o, const json_t *done)
         } else {
                 json_object_set_new(o, "error", json_null());
         }
+        copy_images(o, json_object_get(done, "images"));
 }

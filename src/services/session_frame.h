@@ -34,8 +34,10 @@ void session_frame_reset(struct session_frame_reader *rd);
 
 /* Sets return_value, return_repr (a string or null) and error (null or
  * {type, message, traceback}, all strings) of the result o from the
- * driver's "done" message (NULL: none came): only the fields the contract
- * names go out, whatever else the driver put there. */
+ * driver's "done" message (NULL: none came), and images (1..16 strings:
+ * the run's figures as base64 PNG) when it has any: only the fields the
+ * contract names go out, whatever else the driver put there. */
+#define SESSION_IMAGES_MAX 16
 void session_copy_done(json_t *o, const json_t *done);
 
 #endif

@@ -18,7 +18,8 @@
 #include "util/clock.h"
 #include "util/sse_queue.h"
 
-static const char keepalive[] = ": keepalive\n\n";
+static const char sse_keepalive[] = ": keepalive\n\n";
+#define KEEPALIVE_MAX 256
 
 struct event {
         struct event *next;
@@ -35,6 +36,8 @@ struct sse_queue {
         bool ended, closed;
         int wake[2];
         int sock_fd, shutdown_fd, close_fd;
+        char keepalive[KEEPALIVE_MAX]; /* sent after SSE_KEEPALIVE_MS of silence */
+        size_t keepalive_len;
 };
 
 struct sse_queue *sse_queue_new(size_t max_bytes, int sock_fd, int shutdown_fd, int close_fd)
@@ -46,7 +49,9 @@ struct sse_queue *sse_queue_new(size_t max_bytes, int sock_fd, int shutdown_fd, 
                                 .max_bytes = max_bytes,
                                 .sock_fd = sock_fd,
                                 .shutdown_fd = shutdown_fd,
-                                .close_fd = close_fd};
+                                .close_fd = close_fd,
+                                .keepalive_len = sizeof(sse_keepalive) - 1};
+        memcpy(q->keepalive, sse_keepalive, sizeof(sse_keepalive) - 1);
         pthread_mutex_init(&q->lock, NULL);
         pthread_cond_init(&q->room, NULL);
         if (pipe2(q->wake, O_CLOEXEC | O_NONBLOCK) < 0) {
@@ -102,9 +107,19 @@ static struct event *event_new(const char *name, const char *data, size_t n)
         return ev;
 }
 
-int sse_queue_push(struct sse_queue *q, const char *name, const char *data, size_t len)
+int sse_queue_set_keepalive(struct sse_queue *q, const void *data, size_t len)
 {
-        struct event *ev = event_new(name, data, len);
+        if (len == 0 || len > KEEPALIVE_MAX)
+                return -EINVAL;
+        pthread_mutex_lock(&q->lock);
+        memcpy(q->keepalive, data, len);
+        q->keepalive_len = len;
+        pthread_mutex_unlock(&q->lock);
+        return 0;
+}
+
+static int push_event(struct sse_queue *q, struct event *ev)
+{
         if (!ev)
                 return -ENOMEM;
         pthread_mutex_lock(&q->lock);
@@ -125,6 +140,21 @@ int sse_queue_push(struct sse_queue *q, const char *name, const char *data, size
         if (r == 0)
                 wake(q->wake[1]);
         return r;
+}
+
+int sse_queue_push(struct sse_queue *q, const char *name, const char *data, size_t len)
+{
+        return push_event(q, event_new(name, data, len));
+}
+
+int sse_queue_push_raw(struct sse_queue *q, const void *data, size_t len)
+{
+        struct event *ev = malloc(sizeof(*ev) + len);
+        if (ev) {
+                *ev = (struct event){.len = len};
+                memcpy(ev->data, data, len);
+        }
+        return push_event(q, ev);
 }
 
 /* Sets *flag; true when it was not set yet. */
@@ -200,9 +230,11 @@ ssize_t sse_queue_read(struct sse_queue *q, char *buf, size_t max)
 {
         uint64_t quiet_since = clock_mono_ms();
         for (;;) {
+                char ka[KEEPALIVE_MAX];
                 pthread_mutex_lock(&q->lock);
-                size_t n = q->closed ? 0 : take(q, buf, max);
+                size_t n = q->closed ? 0 : take(q, buf, max), ka_len = q->keepalive_len;
                 bool done = q->ended && !q->head, closed = q->closed;
+                memcpy(ka, q->keepalive, ka_len);
                 pthread_mutex_unlock(&q->lock);
                 if (n > 0)
                         return (ssize_t)n;
@@ -217,9 +249,9 @@ ssize_t sse_queue_read(struct sse_queue *q, char *buf, size_t max)
                         sse_queue_close(q);
                         return SSE_QUEUE_ERROR;
                 }
-                if (w == 0 && max >= sizeof(keepalive) - 1) {
-                        memcpy(buf, keepalive, sizeof(keepalive) - 1);
-                        return (ssize_t)(sizeof(keepalive) - 1);
+                if (w == 0 && max >= ka_len) {
+                        memcpy(buf, ka, ka_len);
+                        return (ssize_t)ka_len;
                 }
         }
 }

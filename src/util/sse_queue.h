@@ -39,6 +39,12 @@ struct sse_queue *sse_queue_unref(struct sse_queue *q);
 /* Appends "event: NAME\ndata: DATA\n\n", waiting for room: 0, -EPIPE once
  * the queue is closed or ended, -ENOMEM. data must hold no newline. */
 int sse_queue_push(struct sse_queue *q, const char *event, const char *data, size_t len);
+/* Appends len bytes as they are (a stream of another framing, e.g. the
+ * Connect protocol's envelopes or NDJSON lines), waiting for room. */
+int sse_queue_push_raw(struct sse_queue *q, const void *data, size_t len);
+/* What the reader sends after SSE_KEEPALIVE_MS of silence instead of the
+ * SSE comment (1..256 bytes): a keep-alive in the stream's own framing. */
+int sse_queue_set_keepalive(struct sse_queue *q, const void *data, size_t len);
 /* No more events: the reader ends once the queue is drained. */
 void sse_queue_end(struct sse_queue *q);
 /* The reader is gone or must stop: pushes fail from now on, reads too. */

@@ -11,7 +11,8 @@
  *  - how the bytes are split does not change the messages or the error;
  *  - the "done" filter leaves exactly return_value, return_repr (a string
  *    or null) and error (null, or an object of exactly the strings type,
- *    message and traceback), and owns nothing after (LeakSanitizer). */
+ *    message and traceback), and images only as 1..16 strings, and owns
+ *    nothing after (LeakSanitizer). */
 #include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -35,7 +36,15 @@ static void check_done(const json_t *msg)
         json_t *o = json_object();
         FUZZ_CHECK(o);
         session_copy_done(o, msg);
-        FUZZ_CHECK(json_object_size(o) == 3);
+        json_t *images = json_object_get(o, "images");
+        FUZZ_CHECK(json_object_size(o) == (images ? 4u : 3u));
+        if (images) {
+                FUZZ_CHECK(json_is_array(images) && json_array_size(images) >= 1 &&
+                           json_array_size(images) <= SESSION_IMAGES_MAX);
+                size_t i;
+                json_t *v;
+                json_array_foreach(images, i, v) FUZZ_CHECK(json_is_string(v));
+        }
         FUZZ_CHECK(json_object_get(o, "return_value"));
         json_t *repr = json_object_get(o, "return_repr"), *err = json_object_get(o, "error");
         FUZZ_CHECK(json_is_string(repr) || json_is_null(repr));

@@ -624,3 +624,16 @@ def test_idle_sessions_hold_few_fds_and_wake_intact(cage, tmp_path):
             assert s.request("DELETE", f"/v1/sandboxes/{n}").status in (200, 204)
     finally:
         s.stop()
+
+
+def test_env_of_one_run(server, box):
+    """`env` is set in os.environ for that run only; what it replaced comes back."""
+    run(server, box, "import os\nos.environ['KEEP'] = 'before'")
+    r = run(server, box, "import os\n[os.environ['KEEP'], os.environ['NEW']]",
+            env={"KEEP": "during", "NEW": "x"})
+    assert r["return_value"] == ["during", "x"], r
+    r = run(server, box, "[os.environ.get('KEEP'), os.environ.get('NEW')]")
+    assert r["return_value"] == ["before", None], r
+    for bad in ({"1X": "v"}, {"A=B": "v"}, {"X": 1}, ["X"]):
+        r = server.request("POST", f"/v1/sandboxes/{box}/python", {"code": "1", "env": bad})
+        assert r.status == 400 and "env" in r.json["error"]["message"], (bad, r.body)

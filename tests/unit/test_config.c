@@ -356,6 +356,36 @@ TEST(listen_refuses_open_addresses_without_tokens)
         cage_config_free(cfg);
 }
 
+TEST(e2b_section)
+{
+        struct cage_config *cfg = NULL;
+        char msg[CAGE_ERROR_MESSAGE_MAX];
+        CHECK(parse("{}", &cfg, msg) == 0);
+        CHECK(cfg && cfg->e2b.listen == NULL && cfg->e2b.timeout_s_max == 3600);
+        cage_config_free(cfg);
+        cfg = NULL;
+        CHECK(parse("{\"e2b\": {\"listen\": \"localhost:3000\", \"timeout_s_max\": 600}}", &cfg,
+                    msg) == 0);
+        CHECK(cfg && strcmp(cfg->e2b.listen, "localhost:3000") == 0 && cfg->e2b.loopback &&
+              cfg->e2b.addr.ss_family == AF_INET && cfg->e2b.timeout_s_max == 600);
+        cage_config_free(cfg);
+        cfg = NULL;
+        /* An E2B API key's shape is a valid tenant token. */
+        CHECK(parse("{\"e2b\": {\"listen\": \"0.0.0.0:3000\"}, \"tenants\": [{\"name\": \"a\", "
+                    "\"token\": \"e2b_0123456789abcdef0123456789abcdef01234567\"}]}",
+                    &cfg, msg) == 0);
+        CHECK(cfg && !cfg->e2b.loopback &&
+              cage_config_tenant_for_token(cfg, "e2b_0123456789abcdef0123456789abcdef01234567"));
+        cage_config_free(cfg);
+        CHECK(refused_naming("{\"e2b\": {\"listen\": \"0.0.0.0:3000\"}}", "e2b.listen",
+                             "not a loopback address"));
+        CHECK(refused_naming("{\"e2b\": {\"listen\": \"example.com:3000\"}}", "e2b.listen",
+                             "IPV4:PORT"));
+        CHECK(refused_naming("{\"e2b\": {\"timeout_s_max\": 0}}", "e2b.timeout_s_max", NULL));
+        CHECK(refused_naming("{\"e2b\": {\"timeout_s_max\": 86401}}", "e2b.timeout_s_max", NULL));
+        CHECK(refused_naming("{\"e2b\": {\"port\": 3000}}", "e2b.port: unknown key", NULL));
+}
+
 TEST(secrets_are_resolved_at_load)
 {
         char p[PATH_BUF], json[1024];
@@ -668,8 +698,8 @@ TEST(quotas_and_operations)
 RUN_TESTS(T(defaults_are_secure_and_valid), T(a_full_config_loads_from_a_file),
           T(unknown_keys_are_errors_naming_the_key), T(parse_errors_never_quote_secret_values),
           T(limits_and_defaults_are_range_checked), T(tenants_are_validated), T(token_lookup),
-          T(listen_refuses_open_addresses_without_tokens), T(secrets_are_resolved_at_load),
-          T(env_allowlist_is_validated), T(mount_allowlist), T(config_files_are_bounded),
-          T(redactor_covers_secrets_and_tokens),
+          T(listen_refuses_open_addresses_without_tokens), T(e2b_section),
+          T(secrets_are_resolved_at_load), T(env_allowlist_is_validated), T(mount_allowlist),
+          T(config_files_are_bounded), T(redactor_covers_secrets_and_tokens),
           T(network_defaults_allow_names_not_private_addresses), T(network_sections_are_validated),
           T(tenant_rights), T(quotas_and_operations))

@@ -1,0 +1,150 @@
+"""Attacks on the E2B listener (docs/E2B.md): a request for a sandbox
+carries only the sandbox's id and a token, so the token is all that stands
+between a client and another sandbox's commands and files.
+
+ - one sandbox's envd access token, sent for another sandbox, runs nothing
+   there and reads none of its files;
+ - the traffic token (the code interpreter's, which E2B hands out for port
+   URLs) runs no command and reads no file on envd's port;
+ - /files never leaves /workspace: not with "..", not through a symlink the
+   sandbox planted pointing at a host file.
+
+Each attack runs twice (the pair pattern of seclib): against the normal
+build, where it must fail, and against the unsafe debug build with the
+protection switched off (CODECAGE_DEBUG_DISABLE=e2b-tokens, the token
+check; files-resolve, the resolution of file paths inside the workspace),
+where it must succeed -- so none of these tests can pass vacuously."""
+import base64
+import http.client
+import json
+import os
+import struct
+
+import pytest
+
+from conftest import BUILD, DEBUG_BUILD
+from serverlib import Server, free_port
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the server's sandboxes need root")
+
+KEY = "e2b_" + "5a" * 20
+SECRET = "the other sandbox's secret"
+
+
+class E2B:
+    """A raw client of the E2B listener."""
+
+    def __init__(self, port):
+        self.port = port
+
+    def request(self, method, path, body=None, headers=None):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        try:
+            conn.request(method, path, body=body, headers=headers or {})
+            r = conn.getresponse()
+            return r.status, r.read()
+        finally:
+            conn.close()
+
+    def create(self):
+        status, body = self.request("POST", "/v2/sandboxes", json.dumps({"templateID": "base"}),
+                                    {"X-API-Key": KEY, "Content-Type": "application/json"})
+        assert status == 201, (status, body)
+        return json.loads(body)
+
+    @staticmethod
+    def sandbox_headers(sbx, port, token_header, token):
+        return {"E2b-Sandbox-Id": sbx["sandboxID"], "E2b-Sandbox-Port": str(port),
+                token_header: token}
+
+    def run(self, sbx, command, token_header="X-Access-Token", token=None):
+        """Process/Start of `bash -c command`: (HTTP status, stdout)."""
+        msg = json.dumps({"process": {"cmd": "/bin/bash", "args": ["-c", command]}}).encode()
+        headers = self.sandbox_headers(sbx, 49983, token_header,
+                                       token if token is not None else sbx["envdAccessToken"])
+        headers["Content-Type"] = "application/connect+json"
+        status, body = self.request("POST", "/process.Process/Start",
+                                    struct.pack(">BI", 0, len(msg)) + msg, headers)
+        out = b""
+        while status == 200 and len(body) >= 5:
+            flags, n = struct.unpack(">BI", body[:5])
+            frame, body = json.loads(body[5:5 + n]), body[5 + n:]
+            data = frame.get("event", {}).get("data", {})
+            if "stdout" in data:
+                out += base64.b64decode(data["stdout"])
+        return status, out.decode(errors="replace")
+
+    def read(self, sbx, path, token_header="X-Access-Token", token=None):
+        from urllib.parse import quote
+        headers = self.sandbox_headers(sbx, 49983, token_header,
+                                       token if token is not None else sbx["envdAccessToken"])
+        return self.request("GET", "/files?path=" + quote(path, safe=""), headers=headers)
+
+
+@pytest.fixture(params=["protected", "e2b-tokens", "files-resolve"])
+def target(request, tmp_path):
+    port = free_port()
+    extra = {"e2b": {"listen": f"127.0.0.1:{port}"}, "pool_size": 0}
+    if request.param == "protected":
+        server = Server(tmp_path, tenants={"alice": KEY}, extra=extra, build=BUILD)
+    else:
+        server = Server(tmp_path, tenants={"alice": KEY}, extra=extra, build=DEBUG_BUILD,
+                        env=dict(os.environ, CODECAGE_DEBUG_DISABLE=request.param))
+    server.switched_off = None if request.param == "protected" else request.param
+    server.e2b = E2B(port)
+    yield server
+    server.stop()
+
+
+def two_sandboxes(target):
+    a, b = target.e2b.create(), target.e2b.create()
+    status, _ = target.e2b.run(b, f"printf %s \"{SECRET}\" > secret.txt")
+    assert status == 200
+    return a, b
+
+
+def test_one_sandboxs_token_does_not_reach_another(target):
+    a, b = two_sandboxes(target)
+    leaks = target.switched_off == "e2b-tokens"
+    status, out = target.e2b.run(b, "cat secret.txt", token=a["envdAccessToken"])
+    assert (status == 200 and out == SECRET) == leaks, (status, out)
+    status, body = target.e2b.read(b, "secret.txt", token=a["envdAccessToken"])
+    assert (status == 200 and body == SECRET.encode()) == leaks, (status, body)
+    if not leaks:
+        assert status == 401
+    # b's own token reaches b in every build.
+    assert target.e2b.read(b, "secret.txt") == (200, SECRET.encode())
+
+
+def test_traffic_token_alone_runs_no_command(target):
+    _, b = two_sandboxes(target)
+    leaks = target.switched_off == "e2b-tokens"
+    for header in ("X-Access-Token", "E2B-Traffic-Access-Token"):
+        status, out = target.e2b.run(b, "cat secret.txt", token_header=header,
+                                     token=b["trafficAccessToken"])
+        assert (status == 200 and out == SECRET) == leaks, (header, status, out)
+        status, body = target.e2b.read(b, "secret.txt", token_header=header,
+                                       token=b["trafficAccessToken"])
+        assert (status == 200 and body == SECRET.encode()) == leaks, (header, status, body)
+
+
+def test_files_do_not_leave_the_workspace(target, tmp_path):
+    host_file = tmp_path / "host-secret.txt"
+    host_file.write_text("a file of the host")
+    os.chmod(tmp_path, 0o755)
+    sbx = target.e2b.create()
+    status, _ = target.e2b.run(sbx, f"ln -s {host_file} link && ln -s / root")
+    assert status == 200
+    leaks = target.switched_off == "files-resolve"
+    # Through a link in the middle of the path: resolved inside the workspace.
+    status, body = target.e2b.read(sbx, "root" + str(host_file))
+    assert (status == 200 and body == b"a file of the host") == leaks, (status, body)
+    if not leaks:
+        assert status == 404, (status, body)
+    # A link as the last component is never followed (O_NOFOLLOW), in any build.
+    for path in ("link", "/workspace/link"):
+        status, body = target.e2b.read(sbx, path)
+        assert status in (403, 404) and b"a file of the host" not in body, (path, status, body)
+    for path in ("../../../../" + str(host_file), "/workspace/../" + str(host_file), str(host_file)):
+        status, body = target.e2b.read(sbx, path)
+        assert status == 400 and b"a file of the host" not in body, (path, status, body)
