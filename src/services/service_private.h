@@ -80,6 +80,10 @@ struct cage_service {
         struct disposal *disposals; /* queued, under lock */
         pthread_cond_t dispose_cond;
         bool dispose_stop;
+        /* cage_service_watch(): the front end told of workspace changes */
+        pthread_mutex_t watch_lock;
+        cage_service_watch_fn watch_fn;
+        void *watch_arg;
 };
 
 /* The sandbox's labels (borrowed). */
