@@ -31,7 +31,7 @@
  * statuses (400, 404 for an unknown or removed method). State across
  * calls is a named sandbox. Its subscriptions/listen is an SSE response
  * that stays open (mcp_listen.c) until the client closes it or the
- * server stops, which closes it.
+ * server stops, which ends it with the listen request's result.
  *
  * DNS rebinding: http.c applies the Host / Origin policy of every route
  * (http_guard.c) before this file sees a request. In a session, an
@@ -91,6 +91,8 @@ struct mcp_http {
         pthread_mutex_t lock;
         struct http_session *sessions;
         size_t n_sessions;
+        size_t listening;           /* subscriptions/listen streams open */
+        pthread_cond_t listen_gone; /* one ended */
 };
 
 struct mcp_http_request {
@@ -103,6 +105,7 @@ struct mcp_http_request {
         struct mcp_subscription *listen; /* a subscriptions/listen stream */
         pthread_t worker;
         bool worker_started, is_get;
+        bool listening; /* counted in m->listening */
 };
 
 /* A sink for calls answered in a plain JSON response: nothing can be
@@ -455,6 +458,19 @@ static int post_listen(struct mcp_http *m, struct MHD_Connection *conn, struct h
         *slot = r; /* mcp_http_request_done() cleans up from here on */
         if (mcp_receive(hs->s, &r->sink, msg, &answer, &call, &r->listen) != MCP_LISTEN)
                 return reply_json(conn, answer_status(hs, answer), answer, NULL, status);
+        /* When the server stops, the stream ends with the listen request's
+         * result: the subscription ended gracefully. */
+        json_auto_t *result = jsonrpc_result(
+                jsonrpc_id(msg),
+                json_pack("{s:s, s:{s:O}}", "resultType", "complete", "_meta",
+                          "io.modelcontextprotocol/subscriptionId", jsonrpc_id(msg)));
+        _cleanup_free_ char *text = result ? json_dumps(result, JSON_COMPACT) : NULL;
+        if (text)
+                (void)sse_queue_set_farewell(r->stream, "message", text, strlen(text));
+        pthread_mutex_lock(&m->lock);
+        m->listening++;
+        r->listening = true;
+        pthread_mutex_unlock(&m->lock);
         return queue(conn, 200, sse_response(r->stream), NULL, status);
 }
 
@@ -887,6 +903,12 @@ void mcp_http_request_done(struct mcp_http_request *r)
         if (r->worker_started)
                 pthread_join(r->worker, NULL);
         mcp_call_free(r->call); /* a call whose worker never started */
+        if (r->listening) {
+                pthread_mutex_lock(&r->m->lock);
+                r->m->listening--;
+                pthread_cond_broadcast(&r->m->listen_gone);
+                pthread_mutex_unlock(&r->m->lock);
+        }
         if (r->is_get) {
                 pthread_mutex_lock(&r->m->lock);
                 if (r->hs->get == r->stream)
@@ -910,6 +932,7 @@ int mcp_http_new(const struct cage_config *cfg, struct cage_service *svc, int sh
         m->cfg = cfg;
         m->shutdown_fd = shutdown_fd;
         pthread_mutex_init(&m->lock, NULL);
+        pthread_cond_init(&m->listen_gone, NULL);
         int r = mcp_server_new(cfg, svc, mcp_serve_options(), &m->srv, err);
         if (r < 0) {
                 mcp_http_free(m);
@@ -917,6 +940,25 @@ int mcp_http_new(const struct cage_config *cfg, struct cage_service *svc, int sh
         }
         *ret = m;
         return 0;
+}
+
+void mcp_http_quiesce(struct mcp_http *m, int timeout_ms)
+{
+        if (!m)
+                return;
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += timeout_ms / 1000;
+        until.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
+        if (until.tv_nsec >= 1000000000) {
+                until.tv_sec++;
+                until.tv_nsec -= 1000000000;
+        }
+        pthread_mutex_lock(&m->lock);
+        while (m->listening > 0)
+                if (pthread_cond_timedwait(&m->listen_gone, &m->lock, &until) == ETIMEDOUT)
+                        break;
+        pthread_mutex_unlock(&m->lock);
 }
 
 struct mcp_http *mcp_http_free(struct mcp_http *m)
@@ -928,6 +970,7 @@ struct mcp_http *mcp_http_free(struct mcp_http *m)
                 unlink_locked(m, m->sessions);
         pthread_mutex_unlock(&m->lock);
         pthread_mutex_destroy(&m->lock);
+        pthread_cond_destroy(&m->listen_gone);
         mcp_server_free(m->srv);
         free(m);
         return NULL;
