@@ -55,7 +55,7 @@ struct mcp_subscription {
         struct sub_uri *uris;
         size_t n_uris;
         size_t sending; /* the hub's thread is sending on it */
-        bool ended;
+        bool acked;     /* its acknowledgement is out: updates may follow */
         struct mcp_subscription *next;
 };
 
@@ -252,8 +252,9 @@ static size_t count_locked(struct mcp_listen *l, const char *tenant, const struc
         return n;
 }
 
-/* Registers sub and sends its acknowledgement before any update can
- * follow (the hub's thread waits for `sending`). */
+/* Registers sub and sends its acknowledgement. Until the acknowledgement
+ * is out the hub's thread passes sub by (a change made meanwhile is one
+ * made before the subscription began), so nothing precedes it. */
 static int sub_register(struct mcp_listen *l, struct mcp_subscription *sub, json_t *ack,
                         struct mcp_error *e)
 {
@@ -282,6 +283,7 @@ static int sub_register(struct mcp_listen *l, struct mcp_subscription *sub, json
         }
         (void)sub->sink->send(sub->sink, ack);
         pthread_mutex_lock(&l->lock);
+        sub->acked = true;
         sub->sending--;
         pthread_cond_broadcast(&l->cond);
         pthread_mutex_unlock(&l->lock);
@@ -322,7 +324,6 @@ static void unlink_locked(struct mcp_listen *l, struct mcp_subscription *sub)
                         *p = sub->next;
                         break;
                 }
-        sub->ended = true;
         while (sub->sending > 0)
                 pthread_cond_wait(&l->cond, &l->lock);
 }
@@ -359,7 +360,7 @@ bool mcp_listen_cancel(struct mcp_server *srv, const struct mcp_sink *sink, cons
 void mcp_listen_end_sink(struct mcp_server *srv, struct mcp_sink *sink, const char *reason)
 {
         struct mcp_listen *l = srv->listen;
-        for (;;) {
+        while (l) {
                 struct mcp_subscription *found = NULL;
                 pthread_mutex_lock(&l->lock);
                 for (struct mcp_subscription *sub = l->subs; sub && !found; sub = sub->next)
@@ -396,6 +397,11 @@ static void change_free(struct change *c)
 static void on_change(void *arg, const char *tenant, const char *sandbox, const char *path)
 {
         struct mcp_listen *l = arg;
+        pthread_mutex_lock(&l->lock);
+        bool listened = l->subs != NULL;
+        pthread_mutex_unlock(&l->lock);
+        if (!listened) /* the common case: nothing to do */
+                return;
         struct change *c = calloc(1, sizeof(*c));
         if (c) {
                 c->tenant = strdup(tenant);
@@ -462,7 +468,7 @@ static void deliver_locked(struct mcp_listen *l, const struct change *c)
         size_t n = 0, cap = 0;
         struct update *v = NULL;
         for (struct mcp_subscription *sub = l->subs; sub; sub = sub->next)
-                for (size_t i = 0; i < sub->n_uris; i++) {
+                for (size_t i = 0; i < sub->n_uris && sub->acked; i++) {
                         if (!matches(sub, &sub->uris[i], c))
                                 continue;
                         if (n == cap) {

@@ -988,6 +988,7 @@ def test_stdio_2026_listen(stdio):
          ("notifications/cancelled", "two", {SUB_ID: "two"})]
     assert s.proc.wait(timeout=60) == 0
     assert s.proc.stdout.read() == b""
+    assert not sanitizer_report(s.proc.stderr.read().decode(errors="replace"))
 
 
 def test_stdio_end_of_input_lets_calls_finish(stdio):
