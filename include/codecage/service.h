@@ -83,6 +83,20 @@ int cage_service_open(const struct cage_config *cfg, struct cage_service **ret,
 /* Stops every running sandbox (workspaces kept), closes. Accepts NULL. */
 struct cage_service *cage_service_close(struct cage_service *svc);
 
+/* Changes of named sandboxes' workspaces as they happen through the service
+ * (file writes, fetches, mkdir and deletes; runs and exec in the sandbox;
+ * its removal), for a front end that tells its clients (MCP resource
+ * subscriptions). path: the client's path of a file write or delete, as
+ * given (relative to /workspace or beginning with "/workspace/"), or NULL
+ * when anything in the workspace may have changed (a run, a removal). fn
+ * is called on the thread that made the change, possibly with the
+ * service's locks held: it must return quickly and call nothing of the
+ * service. One watcher at a time; cage_service_watch(svc, NULL, NULL)
+ * stops it and returns once no call of the old one runs. */
+typedef void (*cage_service_watch_fn)(void *arg, const char *tenant, const char *sandbox,
+                                      const char *path);
+void cage_service_watch(struct cage_service *svc, cage_service_watch_fn fn, void *arg);
+
 /* Audit records the front ends make: a request refused for want of a valid
  * token (reason "missing_token" or "bad_token") or by the HTTP server's
  * Host / Origin policy ("bad_host", "bad_origin"); remote: the peer, or

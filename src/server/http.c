@@ -66,6 +66,7 @@
 #define HTTP_LOG_PATH_MAX    256 /* bytes of a path kept in logs and audit records */
 #define HTTP_METHOD_MAX      16  /* bytes kept of a method, with its NUL */
 #define DESCRIBE_MAX         (3 * 128 + 160)
+#define LISTEN_GRACE_MS      1000 /* at shutdown, for MCP listen streams to end */
 
 struct cage_http_server {
         struct http_context ctx;
@@ -910,6 +911,7 @@ struct cage_http_server *cage_http_stop(struct cage_http_server *srv)
                 return NULL;
         if (srv->shutdown_pipe[1] >= 0)
                 (void)!write(srv->shutdown_pipe[1], "x", 1);
+        mcp_http_quiesce(srv->mcp, LISTEN_GRACE_MS); /* listen streams end cleanly */
         for (size_t i = 0; i < srv->n_daemons; i++) {
                 MHD_stop_daemon(srv->daemons[i]);
                 if (srv->quiesced_fds[i] >= 0)

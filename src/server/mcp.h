@@ -24,6 +24,8 @@
  *                    logging, notifications, the providers' methods;
  *                    revision 2026-07-28: server/discover, the checks of
  *                    a stateless request, its results and errors
+ *   mcp_listen.c     2026-07-28: subscriptions/listen, its acknowledgement
+ *                    and resource updates from the service's changes
  *   mcp_stdio.c      newline-delimited JSON-RPC on stdin/stdout
  *   mcp_http.c       Streamable HTTP at /mcp of `codecage serve` (its event
  *                    streams are util/sse_queue.h, as the API's)
@@ -72,6 +74,8 @@ struct cage_redactor;
 #define MCP_PROVIDERS_MAX 4 /* codecage's own and those of mcp_options */
 
 struct mcp_provider;
+struct mcp_listen;
+struct mcp_subscription;
 /* Makes a provider for a server of cfg (mcp_provider.h). */
 typedef int (*mcp_provider_new_fn)(const struct cage_config *cfg, struct mcp_provider **ret,
                                    struct cage_error *err);
@@ -93,6 +97,7 @@ struct mcp_server {
         struct cage_redactor *redactor;                    /* secrets, for live output */
         struct mcp_provider *providers[MCP_PROVIDERS_MAX]; /* codecage's first */
         size_t n_providers;
+        struct mcp_listen *listen; /* subscriptions/listen (mcp_listen.c) */
 };
 
 int mcp_server_new(const struct cage_config *cfg, struct cage_service *svc,
@@ -246,11 +251,17 @@ enum mcp_route {
         MCP_DONE,   /* nothing to send */
         MCP_ANSWER, /* *answer is the response to send now */
         MCP_CALL,   /* *call is registered: run it (on its own thread), then free it */
+        MCP_LISTEN, /* *sub is open and acknowledged on sink: keep the stream
+                     * until the client or the transport ends it, then
+                     * mcp_listen_close() it (stdio: owned by the server,
+                     * ended by mcp_listen_cancel / mcp_listen_end_sink) */
 };
 
-/* One message from the client (msg is borrowed). */
+/* One message from the client (msg is borrowed). sub may be NULL for a
+ * transport that offers no subscriptions: subscriptions/listen is then
+ * -32601. */
 enum mcp_route mcp_receive(struct mcp_session *s, struct mcp_sink *sink, const json_t *msg,
-                           json_t **answer, struct mcp_call **call);
+                           json_t **answer, struct mcp_call **call, struct mcp_subscription **sub);
 /* Runs a call: its response, or NULL when it was cancelled (no answer is
  * sent for a cancelled request). */
 json_t *mcp_call_run(struct mcp_call *c);
@@ -388,6 +399,34 @@ json_t *mcp_tasks_update(struct mcp_session *s, const json_t *params, struct mcp
 json_t *mcp_tasks_cancel(struct mcp_session *s, const json_t *params, struct mcp_error *e);
 /* Cancels the jobs of srv and waits until they are gone. */
 void mcp_jobs_stop(struct mcp_server *srv);
+
+/* ---- subscriptions/listen (mcp_listen.c) ------------------------------------ */
+
+#define MCP_LISTEN_PER_TENANT_MAX 32   /* open subscriptions of one tenant */
+#define MCP_LISTEN_URIS_MAX       64   /* resourceSubscriptions of one */
+#define MCP_LISTEN_URI_MAX        8192 /* bytes of one of them */
+
+struct mcp_subscription;
+/* The subscriptions of a server; told by svc (may be NULL) of workspace
+ * changes. */
+int mcp_listen_new(struct cage_service *svc, struct mcp_listen **ret);
+/* Accepts NULL; the transports must have closed their subscriptions. */
+struct mcp_listen *mcp_listen_free(struct mcp_listen *l);
+/* A subscriptions/listen request msg of session s whose messages go to
+ * sink: checks its filter, registers it and sends its acknowledgement.
+ * NULL with e filled (-32602 a bad filter, -32600 its id names an open
+ * subscription of sink, -32603 MCP_LISTEN_PER_TENANT_MAX). */
+struct mcp_subscription *mcp_listen_open(struct mcp_session *s, struct mcp_sink *sink,
+                                         const json_t *msg, struct mcp_error *e);
+/* Ends sub (its stream closed); nothing is sent on its sink after this
+ * returns. Accepts NULL. */
+void mcp_listen_close(struct mcp_server *srv, struct mcp_subscription *sub);
+/* The client cancelled the subscription of sink whose listen request
+ * had id (stdio): true when there was one. */
+bool mcp_listen_cancel(struct mcp_server *srv, const struct mcp_sink *sink, const json_t *id);
+/* The transport of sink ends (stdio): each of its subscriptions gets
+ * notifications/cancelled naming its listen request, then ends. */
+void mcp_listen_end_sink(struct mcp_server *srv, struct mcp_sink *sink, const char *reason);
 
 /* ---- code mode --------------------------------------------------------------- */
 

@@ -29,7 +29,9 @@
  * headers must repeat the body's method and name (or uri), its _meta is
  * checked (mcp_modern_check()), and the revision's errors get their HTTP
  * statuses (400, 404 for an unknown or removed method). State across
- * calls is a named sandbox.
+ * calls is a named sandbox. Its subscriptions/listen is an SSE response
+ * that stays open (mcp_listen.c) until the client closes it or the
+ * server stops, which ends it with the listen request's result.
  *
  * DNS rebinding: http.c applies the Host / Origin policy of every route
  * (http_guard.c) before this file sees a request. In a session, an
@@ -89,6 +91,8 @@ struct mcp_http {
         pthread_mutex_t lock;
         struct http_session *sessions;
         size_t n_sessions;
+        size_t listening;           /* subscriptions/listen streams open */
+        pthread_cond_t listen_gone; /* one ended */
 };
 
 struct mcp_http_request {
@@ -97,9 +101,11 @@ struct mcp_http_request {
         struct sse_queue *stream; /* its events (util/sse_queue.h) */
         struct mcp_sink sink;     /* into stream: `event: message` */
         pthread_mutex_t lock;
-        struct mcp_call *call; /* while it runs */
+        struct mcp_call *call;           /* while it runs */
+        struct mcp_subscription *listen; /* a subscriptions/listen stream */
         pthread_t worker;
         bool worker_started, is_get;
+        bool listening; /* counted in m->listening */
 };
 
 /* A sink for calls answered in a plain JSON response: nothing can be
@@ -410,13 +416,61 @@ static int post_stream(struct mcp_http *m, struct MHD_Connection *conn, struct h
                 return reply_error(conn, 500, JSONRPC_INTERNAL_ERROR, "out of memory", status);
         }
         *slot = r; /* mcp_http_request_done() cleans up from here on */
-        if (mcp_receive(hs->s, &r->sink, msg, &answer, &call) != MCP_CALL)
+        if (mcp_receive(hs->s, &r->sink, msg, &answer, &call, NULL) != MCP_CALL)
                 return reply_json(conn, answer_status(hs, answer), answer, NULL, status);
         r->call = call;
         if (pthread_create(&r->worker, NULL, call_worker, r) != 0)
                 return reply_error(conn, 500, JSONRPC_INTERNAL_ERROR, "cannot start a thread",
                                    status);
         r->worker_started = true;
+        return queue(conn, 200, sse_response(r->stream), NULL, status);
+}
+
+static bool is_listen(const json_t *msg)
+{
+        const char *method = json_string_value(json_object_get(msg, "method"));
+        return method && jsonrpc_id(msg) && strcmp(method, "subscriptions/listen") == 0;
+}
+
+/* 2026-07-28 subscriptions/listen: an SSE stream that starts with the
+ * acknowledgement and stays open (keep-alive comments) until the client
+ * closes it or the server stops; nothing else ends it. The request takes
+ * over the use of hs. */
+static int post_listen(struct mcp_http *m, struct MHD_Connection *conn, struct http_session *hs,
+                       const json_t *msg, unsigned *status, struct mcp_http_request **slot)
+{
+        struct mcp_http_request *r = NULL;
+        json_t *answer = NULL;
+        struct mcp_call *call = NULL;
+        if (!accepts(conn, "text/event-stream")) {
+                release(m, hs);
+                return reply_json(conn, 406,
+                                  jsonrpc_error(jsonrpc_id(msg), JSONRPC_INVALID_REQUEST,
+                                                "Not Acceptable: subscriptions/listen answers "
+                                                "with an event stream; send Accept: "
+                                                "text/event-stream"),
+                                  NULL, status);
+        }
+        if (!(r = request_new(m, hs, conn))) {
+                release(m, hs);
+                return reply_error(conn, 500, JSONRPC_INTERNAL_ERROR, "out of memory", status);
+        }
+        *slot = r; /* mcp_http_request_done() cleans up from here on */
+        if (mcp_receive(hs->s, &r->sink, msg, &answer, &call, &r->listen) != MCP_LISTEN)
+                return reply_json(conn, answer_status(hs, answer), answer, NULL, status);
+        /* When the server stops, the stream ends with the listen request's
+         * result: the subscription ended gracefully. */
+        json_auto_t *result = jsonrpc_result(
+                jsonrpc_id(msg),
+                json_pack("{s:s, s:{s:O}}", "resultType", "complete", "_meta",
+                          "io.modelcontextprotocol/subscriptionId", jsonrpc_id(msg)));
+        _cleanup_free_ char *text = result ? json_dumps(result, JSON_COMPACT) : NULL;
+        if (text)
+                (void)sse_queue_set_farewell(r->stream, "message", text, strlen(text));
+        pthread_mutex_lock(&m->lock);
+        m->listening++;
+        r->listening = true;
+        pthread_mutex_unlock(&m->lock);
         return queue(conn, 200, sse_response(r->stream), NULL, status);
 }
 
@@ -495,7 +549,7 @@ static int post_plain(struct mcp_http *m, struct MHD_Connection *conn, struct ht
 {
         json_t *answer = NULL;
         struct mcp_call *call = NULL;
-        switch (mcp_receive(hs->s, &discard_sink, msg, &answer, &call)) {
+        switch (mcp_receive(hs->s, &discard_sink, msg, &answer, &call, NULL)) {
         case MCP_ANSWER:
                 return reply_json(conn, answer_status(hs, answer), answer, NULL, status);
         case MCP_CALL: /* a client that takes no SSE (or, 2026-07-28, asked for
@@ -522,7 +576,7 @@ static int post_initialize(struct mcp_http *m, struct MHD_Connection *conn, cons
                                                  "(DELETE /mcp) and try again"
                                                : "cannot create a session",
                                    status);
-        (void)mcp_receive(hs->s, &discard_sink, msg, &answer, &call);
+        (void)mcp_receive(hs->s, &discard_sink, msg, &answer, &call, NULL);
         bool ok = answer && json_object_get(answer, "result");
         if (!ok)
                 remove_session(m, hs);
@@ -708,6 +762,8 @@ static int post_modern(struct mcp_http *m, struct MHD_Connection *conn, const ch
         char remote[HTTP_REMOTE_MAX];
         (void)http_peer(conn, remote);
         mcp_session_set_remote(hs->s, remote);
+        if (is_listen(msg))
+                return post_listen(m, conn, hs, msg, status, slot);
         if (mcp_is_call(msg) && accepts(conn, "text/event-stream") && streams_something(msg))
                 return post_stream(m, conn, hs, msg, status, slot);
         int mhd = post_plain(m, conn, hs, msg, status);
@@ -839,6 +895,7 @@ void mcp_http_request_done(struct mcp_http_request *r)
         if (!r)
                 return;
         sse_queue_close(r->stream);
+        mcp_listen_close(r->m->srv, r->listen); /* the stream closed: it ends */
         pthread_mutex_lock(&r->lock);
         if (r->call)
                 mcp_call_cancel(r->call); /* the client is gone before the answer */
@@ -846,6 +903,12 @@ void mcp_http_request_done(struct mcp_http_request *r)
         if (r->worker_started)
                 pthread_join(r->worker, NULL);
         mcp_call_free(r->call); /* a call whose worker never started */
+        if (r->listening) {
+                pthread_mutex_lock(&r->m->lock);
+                r->m->listening--;
+                pthread_cond_broadcast(&r->m->listen_gone);
+                pthread_mutex_unlock(&r->m->lock);
+        }
         if (r->is_get) {
                 pthread_mutex_lock(&r->m->lock);
                 if (r->hs->get == r->stream)
@@ -869,6 +932,7 @@ int mcp_http_new(const struct cage_config *cfg, struct cage_service *svc, int sh
         m->cfg = cfg;
         m->shutdown_fd = shutdown_fd;
         pthread_mutex_init(&m->lock, NULL);
+        pthread_cond_init(&m->listen_gone, NULL);
         int r = mcp_server_new(cfg, svc, mcp_serve_options(), &m->srv, err);
         if (r < 0) {
                 mcp_http_free(m);
@@ -876,6 +940,25 @@ int mcp_http_new(const struct cage_config *cfg, struct cage_service *svc, int sh
         }
         *ret = m;
         return 0;
+}
+
+void mcp_http_quiesce(struct mcp_http *m, int timeout_ms)
+{
+        if (!m)
+                return;
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += timeout_ms / 1000;
+        until.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
+        if (until.tv_nsec >= 1000000000) {
+                until.tv_sec++;
+                until.tv_nsec -= 1000000000;
+        }
+        pthread_mutex_lock(&m->lock);
+        while (m->listening > 0)
+                if (pthread_cond_timedwait(&m->listen_gone, &m->lock, &until) == ETIMEDOUT)
+                        break;
+        pthread_mutex_unlock(&m->lock);
 }
 
 struct mcp_http *mcp_http_free(struct mcp_http *m)
@@ -887,6 +970,7 @@ struct mcp_http *mcp_http_free(struct mcp_http *m)
                 unlink_locked(m, m->sessions);
         pthread_mutex_unlock(&m->lock);
         pthread_mutex_destroy(&m->lock);
+        pthread_cond_destroy(&m->listen_gone);
         mcp_server_free(m->srv);
         free(m);
         return NULL;

@@ -20,6 +20,10 @@ struct mcp_http_request;
  * server stops. Uses the options of mcp_serve_options_set(). */
 int mcp_http_new(const struct cage_config *cfg, struct cage_service *svc, int shutdown_fd,
                  struct mcp_http **ret, struct cage_error *err);
+/* The server stops (its shutdown pipe is written): waits at most
+ * timeout_ms for the subscriptions/listen streams to send their last
+ * event and end, before the connections are cut. Accepts NULL. */
+void mcp_http_quiesce(struct mcp_http *m, int timeout_ms);
 /* After every connection is gone: closes every session. Accepts NULL. */
 struct mcp_http *mcp_http_free(struct mcp_http *m);
 

@@ -17,8 +17,10 @@
  * protocol version, client capabilities and log level in params._meta
  * (mcp_modern_check()), server/discover replaces initialize, the
  * session-state methods (ping, logging/setLevel, resources/subscribe...)
- * are gone, results say their resultType and caching hints, and a
- * tools/call runs as a job (mcp_job.c: input-required results, tasks). */
+ * are gone, results say their resultType and caching hints, a
+ * tools/call runs as a job (mcp_job.c: input-required results, tasks),
+ * and subscriptions/listen opens a notification stream the transport
+ * keeps (mcp_listen.c). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,7 +61,9 @@ bool mcp_version_supported(const char *v)
 static json_t *capabilities(const struct mcp_server *srv, bool stateless)
 {
         unsigned offer = mcp_providers_offer(srv);
-        bool subscribe = !stateless && (offer & MCP_OFFER_SUBSCRIBE);
+        /* 2026-07-28: resourceSubscriptions of subscriptions/listen (files of
+         * sandboxes change); before, resources/subscribe of a provider */
+        bool subscribe = stateless ? srv->listen != NULL : (offer & MCP_OFFER_SUBSCRIBE) != 0;
         json_t *caps = json_pack("{s:{s:b}, s:{s:b, s:b}, s:{}}", "tools", "listChanged", 0,
                                  "resources", "subscribe", subscribe, "listChanged", 0, "logging");
         if (caps && (offer & MCP_OFFER_PROMPTS))
@@ -155,6 +159,7 @@ enum {
         M_MODERN = 1 << 3,      /* only from 2026-07-28 on */
         M_CACHE = 1 << 4,       /* 2026-07-28: the result has ttlMs and cacheScope */
         M_VOLATILE = 1 << 5,    /* ... with ttlMs 0: it changes with the sandboxes */
+        M_LISTEN = 1 << 6,      /* subscriptions/listen: a stream the transport keeps */
 };
 
 static const struct method {
@@ -180,6 +185,7 @@ static const struct method {
         {"tasks/get", mcp_tasks_get, M_MODERN, 0},
         {"tasks/update", mcp_tasks_update, M_MODERN, 0},
         {"tasks/cancel", mcp_tasks_cancel, M_MODERN, 0},
+        {"subscriptions/listen", NULL, M_MODERN | M_LISTEN, 0},
 };
 
 /* The method of an era (stateless: 2026-07-28), if a provider offers it. */
@@ -266,8 +272,26 @@ static void modern_error(json_t *answer, const json_t *msg)
                 json_object_set_new(error, "data", json_pack("{s:O}", "uri", uri));
 }
 
+/* subscriptions/listen: MCP_LISTEN with *sub acknowledged, or its error. */
+static enum mcp_route m_listen(struct mcp_session *s, struct mcp_sink *sink, const json_t *msg,
+                               json_t **answer, struct mcp_subscription **sub)
+{
+        struct mcp_error e = {0};
+        const json_t *id = jsonrpc_id(msg);
+        if (!sub) {
+                *answer = jsonrpc_error(id, JSONRPC_METHOD_NOT_FOUND,
+                                        "Method not found: subscriptions/listen");
+                return MCP_ANSWER;
+        }
+        if ((*sub = mcp_listen_open(s, sink, msg, &e)))
+                return MCP_LISTEN;
+        *answer = jsonrpc_error(id, e.code, e.message);
+        return MCP_ANSWER;
+}
+
 static enum mcp_route request(struct mcp_session *s, struct mcp_sink *sink, const json_t *msg,
-                              json_t **answer, struct mcp_call **call)
+                              json_t **answer, struct mcp_call **call,
+                              struct mcp_subscription **sub)
 {
         const json_t *id = jsonrpc_id(msg);
         const char *name = json_string_value(json_object_get(msg, "method"));
@@ -286,6 +310,8 @@ static enum mcp_route request(struct mcp_session *s, struct mcp_sink *sink, cons
                                         "Invalid Request: send initialize first");
                 return MCP_ANSWER;
         }
+        if (m->flags & M_LISTEN)
+                return m_listen(s, sink, msg, answer, sub);
         if (m->flags & M_CALL) {
                 int r = mcp_call_new(s, sink, msg, call);
                 if (r == 0)
@@ -306,14 +332,16 @@ static enum mcp_route request(struct mcp_session *s, struct mcp_sink *sink, cons
 }
 
 enum mcp_route mcp_receive(struct mcp_session *s, struct mcp_sink *sink, const json_t *msg,
-                           json_t **answer, struct mcp_call **call)
+                           json_t **answer, struct mcp_call **call, struct mcp_subscription **sub)
 {
         const char *why;
         *answer = NULL;
         *call = NULL;
+        if (sub)
+                *sub = NULL;
         switch (jsonrpc_classify(msg, &why)) {
         case JSONRPC_REQUEST:
-                return request(s, sink, msg, answer, call);
+                return request(s, sink, msg, answer, call, sub);
         case JSONRPC_NOTIFICATION:
                 notification(s, msg);
                 return MCP_DONE;

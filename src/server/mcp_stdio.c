@@ -18,7 +18,13 @@
  * Both eras share the pipe: a request whose params._meta names its
  * protocol version (revision 2026-07-28) is checked (mcp_modern_check())
  * and served by the transport's stateless session, everything else by the
- * initialize-era session; a notifications/cancelled reaches both. */
+ * initialize-era session; a notifications/cancelled reaches both.
+ *
+ * subscriptions/listen (2026-07-28): every subscription shares stdout;
+ * the client ends one with notifications/cancelled naming its listen
+ * request. At the end (end of input or a stop request) each open one is
+ * told so by a notifications/cancelled naming its request; none outlives
+ * the process. */
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -198,6 +204,22 @@ static bool blank(const char *s, size_t len)
         return true;
 }
 
+static bool is_cancellation(const json_t *msg)
+{
+        const char *method = json_string_value(json_object_get(msg, "method"));
+        return json_is_object(msg) && !jsonrpc_id(msg) && method &&
+               strcmp(method, "notifications/cancelled") == 0;
+}
+
+/* notifications/cancelled naming an open subscription (of either era's
+ * look: the client may add _meta) ends it and nothing else. */
+static bool cancels_subscription(struct stdio_transport *t, const json_t *msg)
+{
+        return is_cancellation(msg) &&
+               mcp_listen_cancel(t->srv, &t->out.sink,
+                                 json_object_get(json_object_get(msg, "params"), "requestId"));
+}
+
 static void handle_line(struct stdio_transport *t, const char *line, size_t len)
 {
         json_t *error = NULL, *answer = NULL;
@@ -210,20 +232,21 @@ static void handle_line(struct stdio_transport *t, const char *line, size_t len)
                 return;
         }
         struct mcp_session *s = t->session;
+        if (cancels_subscription(t, msg))
+                return;
         if (mcp_is_modern(msg, NULL)) {
                 if (mcp_modern_check(msg, NULL, &answer)) {
                         send_owned(t, answer);
                         return;
                 }
                 s = t->modern;
-        } else if (!jsonrpc_id(msg) && json_is_object(msg)) { /* a cancellation may be of either */
-                const char *method = json_string_value(json_object_get(msg, "method"));
-                if (method && strcmp(method, "notifications/cancelled") == 0)
-                        mcp_session_cancel(
-                                t->modern,
-                                json_object_get(json_object_get(msg, "params"), "requestId"));
+        } else if (is_cancellation(msg)) { /* a cancellation may be of either */
+                mcp_session_cancel(t->modern,
+                                   json_object_get(json_object_get(msg, "params"), "requestId"));
         }
-        switch (mcp_receive(s, &t->out.sink, msg, &answer, &call)) {
+        struct mcp_subscription *sub = NULL;
+        switch (mcp_receive(s, &t->out.sink, msg, &answer, &call, &sub)) {
+        case MCP_LISTEN: /* the server keeps it until cancelled or the end */
         case MCP_ANSWER:
                 send_owned(t, answer);
                 break;
@@ -322,6 +345,9 @@ static bool readable(int fd)
  * client anything fails at once); a stop request cancels them. */
 static void wait_workers(struct stdio_transport *t, int stop_fd, bool stopping)
 {
+        /* Subscriptions end with the transport: the client is told. */
+        mcp_listen_end_sink(t->srv, &t->out.sink,
+                            stopping ? "server shutting down" : "end of input");
         if (stopping) {
                 mcp_session_close(t->session);
                 mcp_session_close(t->modern);

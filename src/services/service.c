@@ -78,11 +78,45 @@ int cage_service_http_status(int r)
         }
 }
 
+void cage_service_watch(struct cage_service *svc, cage_service_watch_fn fn, void *arg)
+{
+        pthread_mutex_lock(&svc->watch_lock);
+        svc->watch_fn = fn;
+        svc->watch_arg = arg;
+        pthread_mutex_unlock(&svc->watch_lock);
+}
+
+/* Tells the watcher of a change the audit record describes. */
+static void watch_change(struct cage_service *svc, enum cage_audit_event ev, const char *tenant,
+                         const char *sandbox, const json_t *fields)
+{
+        const char *path = NULL;
+        switch (ev) {
+        case CAGE_AUDIT_FILE_WRITE:
+        case CAGE_AUDIT_FILE_DELETE:
+                if (!(path = json_string_value(json_object_get(fields, "path"))))
+                        return;
+                break;
+        case CAGE_AUDIT_EXEC_END:
+        case CAGE_AUDIT_SANDBOX_REMOVE:
+                break;
+        default:
+                return;
+        }
+        if (!tenant || !sandbox)
+                return;
+        pthread_mutex_lock(&svc->watch_lock);
+        if (svc->watch_fn)
+                svc->watch_fn(svc->watch_arg, tenant, sandbox, path);
+        pthread_mutex_unlock(&svc->watch_lock);
+}
+
 void svc_audit(struct cage_service *svc, enum cage_audit_event ev, const char *tenant,
                const char *sandbox, json_t *labels, json_t *fields)
 {
         if (svc->audit)
                 (void)cage_audit_record(svc->audit, ev, tenant, sandbox, labels, fields, NULL);
+        watch_change(svc, ev, tenant, sandbox, fields);
         json_decref(fields);
 }
 
@@ -974,6 +1008,7 @@ int cage_service_open(const struct cage_config *cfg, struct cage_service **ret,
                 return cage_fail(err, -ENOMEM, "service");
         svc->cfg = cfg;
         pthread_mutex_init(&svc->lock, NULL);
+        pthread_mutex_init(&svc->watch_lock, NULL);
         pthread_cond_init(&svc->reaper_cond, NULL);
         pthread_cond_init(&svc->dispose_cond, NULL);
         svc_admission_init(svc);
@@ -1102,6 +1137,7 @@ struct cage_service *cage_service_close(struct cage_service *svc)
         free(svc->runs_base);
         free(svc->index);
         pthread_mutex_destroy(&svc->lock);
+        pthread_mutex_destroy(&svc->watch_lock);
         pthread_cond_destroy(&svc->reaper_cond);
         pthread_cond_destroy(&svc->dispose_cond);
         svc_admission_done(svc);

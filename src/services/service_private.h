@@ -104,6 +104,10 @@ struct cage_service {
         pthread_cond_t launch_cond;
         uint32_t launches_running;
         _Atomic bool draining; /* cage_service_drain(): /readyz says so */
+        /* cage_service_watch(): the front end told of workspace changes */
+        pthread_mutex_t watch_lock;
+        cage_service_watch_fn watch_fn;
+        void *watch_arg;
 };
 
 /* Admission (admission.c). Quotas refuse with -EUSERS and a message naming

@@ -32,6 +32,7 @@ struct sse_queue {
         pthread_mutex_t lock;
         pthread_cond_t room; /* the reader took something, or the queue ended or closed */
         struct event *head, *tail;
+        struct event *farewell; /* sent, then the end, when the server stops */
         size_t queued, max_bytes;
         bool ended, closed;
         int wake[2];
@@ -78,6 +79,7 @@ struct sse_queue *sse_queue_unref(struct sse_queue *q)
                 next = ev->next;
                 free(ev);
         }
+        free(q->farewell);
         for (int i = 0; i < 2; i++)
                 if (q->wake[i] >= 0)
                         close(q->wake[i]);
@@ -157,6 +159,39 @@ int sse_queue_push_raw(struct sse_queue *q, const void *data, size_t len)
         return push_event(q, ev);
 }
 
+int sse_queue_set_farewell(struct sse_queue *q, const char *name, const char *data, size_t len)
+{
+        struct event *ev = event_new(name, data, len);
+        if (!ev)
+                return -ENOMEM;
+        pthread_mutex_lock(&q->lock);
+        free(q->farewell);
+        q->farewell = ev;
+        pthread_mutex_unlock(&q->lock);
+        return 0;
+}
+
+/* The server stops: a queue with a farewell sends it last and ends (true);
+ * one without closes. */
+static bool say_farewell(struct sse_queue *q)
+{
+        pthread_mutex_lock(&q->lock);
+        struct event *ev = q->closed || q->ended ? NULL : q->farewell;
+        if (ev) {
+                q->farewell = NULL;
+                if (q->tail)
+                        q->tail->next = ev;
+                else
+                        q->head = ev;
+                q->tail = ev;
+                q->queued += ev->len;
+                q->ended = true;
+                pthread_cond_broadcast(&q->room);
+        }
+        pthread_mutex_unlock(&q->lock);
+        return ev != NULL;
+}
+
 /* Sets *flag; true when it was not set yet. */
 static bool set_flag(struct sse_queue *q, bool *flag)
 {
@@ -205,7 +240,7 @@ static size_t take(struct sse_queue *q, char *buf, size_t max)
 }
 
 /* 1 woken, 0 keep-alive due (timeout), -1 the client is gone (its socket
- * hung up) or the server is stopping. */
+ * hung up), -2 the server is stopping. */
 static int wait_event(struct sse_queue *q, int timeout_ms)
 {
         struct pollfd p[3] = {
@@ -218,8 +253,10 @@ static int wait_event(struct sse_queue *q, int timeout_ms)
                 return errno == EINTR ? 1 : -1;
         if (n == 0)
                 return 0;
-        if ((p[0].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) || p[2].revents)
+        if (p[0].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))
                 return -1;
+        if (p[2].revents)
+                return -2;
         char drain[64];
         while (read(q->wake[0], drain, sizeof(drain)) > 0)
                 ;
@@ -245,6 +282,8 @@ ssize_t sse_queue_read(struct sse_queue *q, char *buf, size_t max)
                 uint64_t quiet = clock_mono_ms() - quiet_since;
                 int w = wait_event(q,
                                    quiet >= SSE_KEEPALIVE_MS ? 0 : (int)(SSE_KEEPALIVE_MS - quiet));
+                if (w == -2 && say_farewell(q))
+                        continue;
                 if (w < 0) {
                         sse_queue_close(q);
                         return SSE_QUEUE_ERROR;

@@ -12,6 +12,8 @@
  * (a hang-up or half-close ends the stream), a wake-up pipe the producers
  * write to, and the server's shutdown pipe, and sends ": keepalive" after
  * SSE_KEEPALIVE_MS of silence (which also keeps an idle timeout away).
+ * A stopping server closes the stream, or, when a farewell event was set,
+ * sends that and ends it cleanly.
  * Events carry no ids: streams are not resumable.
  *
  * Reference counted; every function is thread-safe. */
@@ -45,6 +47,10 @@ int sse_queue_push_raw(struct sse_queue *q, const void *data, size_t len);
 /* What the reader sends after SSE_KEEPALIVE_MS of silence instead of the
  * SSE comment (1..256 bytes): a keep-alive in the stream's own framing. */
 int sse_queue_set_keepalive(struct sse_queue *q, const void *data, size_t len);
+/* When the server stops (its shutdown pipe), send this event last and end
+ * (a clean end of the response) rather than close; the queue keeps a copy.
+ * 0 or -ENOMEM. */
+int sse_queue_set_farewell(struct sse_queue *q, const char *event, const char *data, size_t len);
 /* No more events: the reader ends once the queue is drained. */
 void sse_queue_end(struct sse_queue *q);
 /* The reader is gone or must stop: pushes fail from now on, reads too. */

@@ -126,7 +126,7 @@ static void dispatch(struct mcp_session *s, const json_t *msg)
         }
         if (reaches_service(msg))
                 return;
-        enum mcp_route route = mcp_receive(s, &sink, msg, &answer, &call);
+        enum mcp_route route = mcp_receive(s, &sink, msg, &answer, &call, NULL);
         if (kind == JSONRPC_NOTIFICATION || kind == JSONRPC_RESPONSE)
                 FUZZ_CHECK(route == MCP_DONE && !answer && !call);
         if (route == MCP_CALL) {
@@ -150,7 +150,7 @@ static struct mcp_session *initialized_session(void)
         struct mcp_call *call = NULL;
         json_t *msg = jsonrpc_parse(init, sizeof(init) - 1, &error);
         FUZZ_CHECK(s && msg);
-        FUZZ_CHECK(mcp_receive(s, &sink, msg, &answer, &call) == MCP_ANSWER);
+        FUZZ_CHECK(mcp_receive(s, &sink, msg, &answer, &call, NULL) == MCP_ANSWER);
         FUZZ_CHECK(json_object_get(answer, "result") != NULL);
         json_decref(answer);
         json_decref(msg);

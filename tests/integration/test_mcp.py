@@ -367,6 +367,23 @@ def check_client_2026(doc):
     assert doc["task_input_status"] == "input_required"
     assert doc["task_question"] == "in a task"
     assert doc["task_input_result"] == "answered by update"
+    # subscriptions/listen: two at once, each acknowledged once under its own
+    # id with what codecage honors: files of a sandbox, not tools' list nor a
+    # run's file (they never change)
+    assert doc["listen_ids_differ"] and doc["listen_acks"] == [1, 1]
+    a, b = doc["listen_honored"]
+    assert list(a) == ["resourceSubscriptions"] and len(a["resourceSubscriptions"]) == 1
+    assert a["resourceSubscriptions"][0].endswith("/files/a.txt")
+    assert [u.rsplit("/files/", 1)[1] for u in b["resourceSubscriptions"]] == ["a.txt", "sub/b.txt"]
+    # a file written through a tool reaches both; after one is closed only
+    # the other hears of the next writes
+    assert doc["listen_first"] == [a["resourceSubscriptions"], a["resourceSubscriptions"]]
+    assert doc["listen_closed"] == "local"
+    after_a, after_b = doc["listen_after_close"]
+    assert after_a == a["resourceSubscriptions"]
+    assert after_b == [b["resourceSubscriptions"][0], b["resourceSubscriptions"][1],
+                       b["resourceSubscriptions"][0]]
+    assert doc["listen_handler_saw"] == 4
 
 
 # ---- the MCP Inspector CLI ------------------------------------------------------------------------
@@ -533,8 +550,9 @@ def test_http_2026_stateless(serve):
     result = doc["result"]
     assert result["supportedVersions"][:2] == [V2026, "2025-11-25"]
     assert result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"] == "codecage"
-    assert "subscribe" not in result["capabilities"]["resources"] or \
-        result["capabilities"]["resources"]["subscribe"] is False
+    # resourceSubscriptions of subscriptions/listen; nothing listed changes
+    assert result["capabilities"]["resources"] == {"subscribe": True, "listChanged": False}
+    assert result["capabilities"]["tools"] == {"listChanged": False}
     resp, doc = post26(serve, rpc26("tools/list", id=3))
     r = doc["result"]
     assert len(r["tools"]) == 13 and r["resultType"] == "complete"
@@ -631,6 +649,116 @@ def read_events(resp):
         elif not line and data:
             yield json.loads(b"".join(data))
             data = []
+
+
+SUB_ID = "io.modelcontextprotocol/subscriptionId"
+ACK = "notifications/subscriptions/acknowledged"
+
+
+def open_listen(port, filt, id, headers=None):
+    """A subscriptions/listen stream of revision 2026-07-28: (connection,
+    its events); the acknowledgement is checked and taken."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    conn.request("POST", "/mcp", json.dumps(rpc26("subscriptions/listen", {"notifications": filt},
+                                                  id=id)), {
+        "Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": V2026, "Mcp-Method": "subscriptions/listen", **(headers or {})})
+    resp = conn.getresponse()
+    assert resp.status == 200 and resp.getheader("Content-Type") == "text/event-stream", \
+        resp.read()
+    events = read_events(resp)
+    ack = next(events)
+    assert ack["method"] == ACK and ack["params"]["_meta"] == {SUB_ID: id}, ack
+    return conn, events, ack["params"]["notifications"]
+
+
+def test_http_2026_listen(serve):
+    """subscriptions/listen: bad filters are -32602, the 2025 era does not
+    have it, a tenant holds at most 32 at once, the acknowledgement names
+    what is honored, updates carry the subscription's id."""
+    for i, filt in enumerate([None, [], {"toolsListChanged": 1},
+                              {"resourceSubscriptions": "codecage://x"},
+                              {"resourceSubscriptions": [7]},
+                              {"resourceSubscriptions": ["codecage://x"] * 65},
+                              {"resourceSubscriptions": ["codecage://" + "x" * 8200]}]):
+        params = {} if filt is None else {"notifications": filt}
+        resp, doc = post26(serve, rpc26("subscriptions/listen", params, id=40 + i),
+                           Accept="application/json, text/event-stream")
+        assert resp.status == 200 and doc["id"] == 40 + i, doc
+        assert doc["error"]["code"] == -32602, doc
+    resp, doc = post26(serve, rpc26("subscriptions/listen", {"notifications": {}}, id=50))
+    assert resp.status == 406 and doc["id"] == 50  # it is an event stream
+    sid = serve.initialize()
+    resp, doc = serve.post(rpc("subscriptions/listen", {"notifications": {}}, id=51),
+                           {"Mcp-Session-Id": sid})
+    assert doc["error"]["code"] == -32601
+    # Honored: files of sandboxes only, each once.
+    box = f"listenbox{os.getpid()}"
+    files = f"codecage://sandboxes/{box}/files/"
+    conn, events, honored = open_listen(serve.port, {
+        "toolsListChanged": True, "promptsListChanged": True, "resourcesListChanged": True,
+        "resourceSubscriptions": [files + "d/x.txt", files + "d/x.txt", "codecage://runs/r/x",
+                                  "test://static-text", files + "y%20z"]}, id="main")
+    assert honored == {"resourceSubscriptions": [files + "d/x.txt", files + "y%20z"]}
+    call = {"name": "sandbox_create", "arguments": {"name": box}}
+    assert post26(serve, rpc26("tools/call", call, id=52))[1]["result"].get("isError") is not True
+    try:
+        for i, path in enumerate(["/workspace/d/x.txt", "other.txt", "y z"]):
+            call = {"name": "file_write", "arguments": {"sandbox": box, "path": path,
+                                                         "content": "x"}}
+            post26(serve, rpc26("tools/call", call, id=53 + i))
+        got = [next(events), next(events)]  # other.txt is not subscribed
+        assert [m["params"]["uri"] for m in got] == [files + "d/x.txt", files + "y%20z"]
+        assert all(m["method"] == "notifications/resources/updated" and
+                   m["params"]["_meta"] == {SUB_ID: "main"} for m in got), got
+        # A run may change any file of its sandbox: both are updated.
+        call = {"name": "run_shell", "arguments": {"sandbox": box, "command": "true"}}
+        post26(serve, rpc26("tools/call", call, id=60))
+        assert sorted(next(events)["params"]["uri"] for _ in range(2)) == \
+            [files + "d/x.txt", files + "y%20z"]
+        # At most 32 open subscriptions per tenant; closing one makes room.
+        more = [open_listen(serve.port, {}, id=f"more{i}") for i in range(31)]
+        resp, doc = post26(serve, rpc26("subscriptions/listen", {"notifications": {}}, id=61),
+                           Accept="text/event-stream")
+        assert doc["error"]["code"] == -32603 and "32 subscriptions" in doc["error"]["message"]
+        more.pop()[0].close()
+        deadline = time.monotonic() + 10
+        while True:
+            resp = http.client.HTTPConnection("127.0.0.1", serve.port, timeout=60)
+            resp.request("POST", "/mcp", json.dumps(rpc26("subscriptions/listen", {
+                "notifications": {}}, id=62)), {
+                "Content-Type": "application/json", "Accept": "text/event-stream",
+                "MCP-Protocol-Version": V2026, "Mcp-Method": "subscriptions/listen"})
+            r = resp.getresponse()
+            if r.getheader("Content-Type") == "text/event-stream":
+                more.append((resp, None, None))
+                break
+            r.read()
+            resp.close()
+            assert time.monotonic() < deadline, "a closed subscription did not make room"
+            time.sleep(0.1)
+        for c, _, _ in more:
+            c.close()
+    finally:
+        post26(serve, rpc26("tools/call", {"name": "sandbox_remove", "arguments": {"name": box}},
+                            id=63))
+        conn.close()
+
+
+def test_http_2026_listen_ends_at_shutdown(tmp_path):
+    """A stopping server ends each listen stream with the listen request's
+    result (a graceful end), then exits."""
+    server = Serve(tmp_path)
+    try:
+        conn, events, honored = open_listen(server.port, {"toolsListChanged": True}, id=77)
+        assert honored == {}
+        server.proc.send_signal(signal.SIGTERM)
+        last = next(events)
+        assert last == {"jsonrpc": "2.0", "id": 77, "result": {
+            "resultType": "complete", "_meta": {SUB_ID: 77}}}, last
+        assert list(events) == []  # and the response ends cleanly
+    finally:
+        server.stop()
 
 
 PY_EXITS = [("print(1)", 0), ("1/0", 1), ("raise SystemExit(4)", 4), ("import sys; sys.exit()", 0)]
@@ -804,6 +932,63 @@ def test_stdio_2026_beside_2025(stdio):
     assert s.ask(rpc("ping", id=9)) == {"jsonrpc": "2.0", "id": 9, "result": {}}
     assert "resultType" not in s.ask(rpc("tools/list", id=10))["result"]
     s.close()
+
+
+def test_stdio_2026_listen(stdio):
+    """Subscriptions share stdout, each message tagged with its listen
+    request's id; notifications/cancelled ends one; at the end of input
+    each open one gets notifications/cancelled naming it."""
+    s = stdio()
+    assert s.ask(rpc("subscriptions/listen", {"notifications": {}}, id=1))["error"]["code"] \
+        == -32601  # not of the 2025 era (no _meta: the stdio session's)
+    assert s.ask(rpc26("subscriptions/listen", {"notifications": {"toolsListChanged": "yes"}},
+                       id=2))["error"]["code"] == -32602
+    box = "stdiolisten"
+    f = f"codecage://sandboxes/{box}/files/"
+    ack = s.ask(rpc26("subscriptions/listen", {"notifications": {
+        "resourceSubscriptions": [f + "a"]}}, id="one"))
+    assert ack == {"jsonrpc": "2.0", "method": ACK, "params": {
+        "notifications": {"resourceSubscriptions": [f + "a"]}, "_meta": {SUB_ID: "one"}}}
+    ack = s.ask(rpc26("subscriptions/listen", {"notifications": {
+        "resourceSubscriptions": [f + "a"]}}, id="two"))
+    assert ack["params"]["_meta"] == {SUB_ID: "two"}
+    assert s.ask(rpc26("subscriptions/listen", {"notifications": {}}, id="two"))["error"][
+        "code"] == -32600  # its id is open already
+
+    def call(name, arguments, id):
+        """The call's answer and the updates sent before or after it."""
+        s.send(rpc26("tools/call", {"name": name, "arguments": arguments}, id=id))
+        got, answer = [], None
+        while answer is None or len(got) < want[0]:
+            msg = s.recv()
+            if msg.get("id") == id:
+                answer = msg
+            else:
+                got.append((msg["params"]["_meta"][SUB_ID], msg["params"]["uri"]))
+        return answer, sorted(got)
+
+    want = [0]
+    answer, got = call("sandbox_create", {"name": box}, 3)
+    assert answer["result"].get("isError") is not True, answer
+    want[0] = 2
+    assert call("file_write", {"sandbox": box, "path": "a", "content": "1"}, 4)[1] == \
+        [("one", f + "a"), ("two", f + "a")]
+    s.send({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": "one"}})
+    want[0] = 1
+    assert call("file_write", {"sandbox": box, "path": "./a", "content": "2"}, 5)[1] == \
+        [("two", f + "a")]
+    s.send(rpc26("subscriptions/listen", {"notifications": {}}, id=6))
+    assert s.recv()["params"]["_meta"] == {SUB_ID: 6}
+    assert call("sandbox_remove", {"name": box}, 7)[1] == [("two", f + "a")]
+    s.proc.stdin.close()
+    ends = sorted([s.recv(), s.recv()], key=lambda m: str(m["params"]["requestId"]))
+    assert [(m["method"], m["params"]["requestId"], m["params"]["_meta"]) for m in ends] == \
+        [("notifications/cancelled", 6, {SUB_ID: 6}),
+         ("notifications/cancelled", "two", {SUB_ID: "two"})]
+    assert s.proc.wait(timeout=60) == 0
+    assert s.proc.stdout.read() == b""
+    assert not sanitizer_report(s.proc.stderr.read().decode(errors="replace"))
 
 
 def test_stdio_end_of_input_lets_calls_finish(stdio):

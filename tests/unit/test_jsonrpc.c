@@ -224,7 +224,7 @@ static json_t *send_text(struct fixture *f, const char *text, enum mcp_route *ro
         json_error_t jerr;
         json_t *msg = json_loads(text, 0, &jerr), *answer = NULL;
         struct mcp_call *call = NULL;
-        *route = mcp_receive(f->s, &sink, msg, &answer, &call);
+        *route = mcp_receive(f->s, &sink, msg, &answer, &call, NULL);
         if (call) {
                 answer = mcp_call_run(call);
                 mcp_call_free(call);
@@ -349,10 +349,10 @@ TEST(dispatch_tools_call_is_a_call)
         json_t *answer = NULL;
         struct mcp_call *call = NULL, *again = NULL;
         CHECK(mcp_is_call(msg));
-        CHECK(mcp_receive(f.s, &sink, msg, &answer, &call) == MCP_CALL);
+        CHECK(mcp_receive(f.s, &sink, msg, &answer, &call, NULL) == MCP_CALL);
         CHECK(call != NULL && answer == NULL);
         /* The same id again while the first is in flight. */
-        CHECK(mcp_receive(f.s, &sink, msg, &answer, &again) == MCP_ANSWER);
+        CHECK(mcp_receive(f.s, &sink, msg, &answer, &again, NULL) == MCP_ANSWER);
         CHECK(again == NULL && error_code(answer) == JSONRPC_INVALID_REQUEST);
         CHECK(mcp_session_calls(f.s) == 1);
         json_decref(answer);

@@ -3,7 +3,9 @@
  * reads of any size; the end drains first; a producer past the bound waits
  * for the reader, while one event larger than the bound still goes
  * through alone; closing fails pushes and reads and tells the close fd
- * once; a client that hangs up or a server that stops closes the queue. */
+ * once; a client that hangs up or a server that stops closes the queue,
+ * unless the queue has a farewell for the server's stop: then it is sent
+ * last and the queue ends. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -144,6 +146,34 @@ TEST(a_stopping_server_closes_the_queue)
         close(stop[1]);
 }
 
+TEST(a_stopping_server_ends_a_queue_with_its_farewell)
+{
+        int stop[2];
+        char out[256];
+        CHECK(pipe2(stop, O_CLOEXEC) == 0);
+        struct sse_queue *q = sse_queue_new(1024, -1, stop[0], -1);
+        CHECK(sse_queue_set_farewell(q, "message", "{\"bye\":1}", 9) == 0);
+        CHECK(sse_queue_push(q, "message", "{\"a\":1}", 7) == 0);
+        CHECK(write(stop[1], "x", 1) == 1);
+        /* what was queued, then the farewell, then a clean end */
+        CHECK(drain(q, out, sizeof(out), sizeof(out)) == SSE_QUEUE_END);
+        CHECK_STREQ(out,
+                    "event: message\ndata: {\"a\":1}\n\nevent: message\ndata: {\"bye\":1}\n\n");
+        CHECK(sse_queue_push(q, "late", "{}", 2) == -EPIPE);
+        sse_queue_unref(q);
+        /* a client that is gone gets no farewell: the queue closes */
+        int sv[2];
+        CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+        q = sse_queue_new(1024, sv[0], stop[0], -1);
+        CHECK(sse_queue_set_farewell(q, "message", "{}", 2) == 0);
+        close(sv[1]);
+        CHECK(sse_queue_read(q, out, sizeof(out)) == SSE_QUEUE_ERROR);
+        sse_queue_unref(q);
+        close(sv[0]);
+        close(stop[0]);
+        close(stop[1]);
+}
+
 static void *push_later(void *arg)
 {
         usleep(100 * 1000);
@@ -169,4 +199,4 @@ TEST(a_reader_waits_for_the_next_event)
 RUN_TESTS(T(events_come_out_whole_and_in_order), T(close_fails_pushes_and_reads_and_tells_once),
           T(a_full_queue_makes_the_producer_wait), T(an_event_larger_than_the_bound_goes_alone),
           T(a_client_that_hangs_up_closes_the_queue), T(a_stopping_server_closes_the_queue),
-          T(a_reader_waits_for_the_next_event))
+          T(a_stopping_server_ends_a_queue_with_its_farewell), T(a_reader_waits_for_the_next_event))

@@ -14,7 +14,8 @@
 // input-required results (a batch in one round, the code paused in its
 // sandbox meanwhile); a second client declares the tasks extension, runs
 // run_python as a task, reads its status and latest output with
-// tasks/get and cancels it with tasks/cancel. It asserts each step
+// tasks/get and cancels it with tasks/cancel; two subscriptions/listen
+// streams hear of a file written in a sandbox, one is closed. It asserts each step
 // (node:assert) and prints one JSON line for the Python side.
 import assert from "node:assert/strict";
 import { Client, StreamableHTTPClientTransport } from "@modelcontextprotocol/client";
@@ -124,6 +125,66 @@ await tasks("tasks/update", { taskId: asking.taskId, inputResponses: {
 got = await settle(asking.taskId, (t) => t.status !== "working" && t.status !== "input_required");
 out.task_input_result = got.result?.structuredContent?.return_value;
 transport.onmessage = clientOnMessage;
+
+// subscriptions/listen: two subscriptions at once on one connection, each
+// acknowledged with its own id and the part of its filter codecage honors
+// (files of a sandbox; not tools' list, nor a run's files, which never
+// change); a file written through a tool reaches each subscription naming
+// it; one is closed, the other still hears. Raw messages are watched to
+// check the subscriptionId of each against its listen request's id.
+const raw = [];
+const listenIds = [];
+const sendRaw = transport.send.bind(transport);
+transport.send = (msg, opts) => {
+  if (msg.method === "subscriptions/listen") listenIds.push(msg.id);
+  return sendRaw(msg, opts);
+};
+const onRaw = transport.onmessage;
+transport.onmessage = (msg, extra) => {
+  if (msg.method?.startsWith("notifications/")) raw.push(msg);
+  onRaw(msg, extra);
+};
+const updates = [];
+client.setNotificationHandler("notifications/resources/updated", (n) => { updates.push(n.params.uri); });
+const lbox = `listen2026${process.pid}`;
+const uri = (f) => `codecage://sandboxes/${lbox}/files/${f}`;
+const waitFor = async (cond) => {
+  for (let i = 0; i < 100 && !cond(); i++) await new Promise((resolve) => setTimeout(resolve, 50));
+  return cond();
+};
+const tagged = (id, method) => raw.filter((m) => m.method === method &&
+  m.params?._meta?.["io.modelcontextprotocol/subscriptionId"] === id);
+r = await client.callTool({ name: "sandbox_create", arguments: { name: lbox } });
+assert.notEqual(r.isError, true, text(r));
+try {
+  const subA = await client.listen({ toolsListChanged: true,
+    resourceSubscriptions: [uri("a.txt"), "codecage://runs/none/x"] });
+  const subB = await client.listen({ resourceSubscriptions: [uri("a.txt"), uri("sub/b.txt")] });
+  const [idA, idB] = listenIds;
+  out.listen_ids_differ = idA !== idB;
+  out.listen_honored = [subA.honoredFilter, subB.honoredFilter];
+  out.listen_acks = [tagged(idA, "notifications/subscriptions/acknowledged").length,
+    tagged(idB, "notifications/subscriptions/acknowledged").length];
+  await client.callTool({ name: "file_write", arguments: { sandbox: lbox, path: "a.txt", content: "1" } });
+  await waitFor(() => tagged(idA, "notifications/resources/updated").length > 0 &&
+    tagged(idB, "notifications/resources/updated").length > 0);
+  out.listen_first = [tagged(idA, "notifications/resources/updated").map((m) => m.params.uri),
+    tagged(idB, "notifications/resources/updated").map((m) => m.params.uri)];
+  await subA.close();
+  out.listen_closed = await subA.closed;
+  await client.callTool({ name: "file_write", arguments: { sandbox: lbox, path: "sub/b.txt", content: "2" } });
+  await waitFor(() => tagged(idB, "notifications/resources/updated").length > 1);
+  await client.callTool({ name: "file_write", arguments: { sandbox: lbox, path: "a.txt", content: "3" } });
+  await waitFor(() => tagged(idB, "notifications/resources/updated").length > 2);
+  out.listen_after_close = [tagged(idA, "notifications/resources/updated").map((m) => m.params.uri),
+    tagged(idB, "notifications/resources/updated").map((m) => m.params.uri)];
+  out.listen_handler_saw = updates.length;
+  await subB.close();
+} finally {
+  await client.callTool({ name: "sandbox_remove", arguments: { name: lbox } });
+}
+transport.onmessage = onRaw;
+transport.send = sendRaw;
 
 try {
   await client.readResource({ uri: "codecage://runs/none/x" });
