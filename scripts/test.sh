@@ -3,7 +3,9 @@
 # is needed, builds three variants (default, ASan+UBSan, and the unsafe
 # debug build whose switches let the security suite show each protection
 # matters), then runs the unit tests (meson) and the integration and
-# security suites (pytest) against the default and the sanitizer builds.
+# security suites (pytest) against the default and the sanitizer builds,
+# and last the VM suite (tests/vm/run.sh: Debian 12's kernel, cgroup v2
+# only, as root and as a user with a delegated group; docs/TESTING.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/deps.sh
@@ -34,6 +36,12 @@ stage env CODECAGE_BUILD=build /usr/bin/python3 -m pytest -q -p no:cacheprovider
 stage env CODECAGE_BUILD=build-asan /usr/bin/python3 -m pytest -q -p no:cacheprovider -c tests/pytest.ini --rootdir tests tests/integration tests/security
 # The Python client (clients/python), installed into a fresh venv, against the default build.
 stage env CODECAGE_BUILD=build /usr/bin/python3 -m pytest -q -p no:cacheprovider -c tests/pytest.ini --rootdir tests tests/python
+# The VM suite, last: it builds its Debian 12 image first when none is
+# cached (the mirror must be reachable). The guest's lines are printed with
+# a "vm| " prefix, so only run.sh's closing "N passed, M failed" is counted
+# below. 2 vCPUs under emulation take the whole machine the stages above
+# have left; --timeout bounds the VM at twice its usual time.
+stage tests/vm/run.sh --smp 2 --mem 2560 --timeout 2700
 
 # One closing line over every stage.
 /usr/bin/python3 - "$log" <<'PY'
@@ -45,6 +53,8 @@ for m in re.finditer(r"^Ok:\s+(\d+)", text, re.M):
 for m in re.finditer(r"^(?:Fail|Timeout):\s+(\d+)", text, re.M):
     failed += int(m.group(1))
 for line in re.findall(r"^=*\s*(\d+ (?:passed|failed).*?)(?: in [\d.]+s.*)?$", text, re.M):
+    if re.fullmatch(r"\d+ passed, \d+ failed, \d+ skipped", line):
+        continue  # a unit test's own closing line (its log), counted by meson
     p = re.search(r"(\d+) passed", line)
     f = re.search(r"(\d+) failed", line)
     e = re.search(r"(\d+) error", line)
