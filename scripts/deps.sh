@@ -8,7 +8,8 @@ CODECAGE_PACKAGES=(gcc libc6-dev pkg-config meson ninja-build libseccomp-dev lib
         libsqlite3-dev libmicrohttpd-dev libcurl4-openssl-dev libssl-dev libmagic-dev file
         python3 python3-pytest bubblewrap procps iproute2 clang-format curl e2fsprogs
         openssl python3-pip libarchive-dev busybox-static docker-registry skopeo umoci
-        apache2-utils tar mmdebstrap python3-venv mypy prometheus python3-matplotlib)
+        apache2-utils tar mmdebstrap python3-venv mypy prometheus python3-matplotlib
+        qemu-system-x86)
 
 codecage_install_deps() {
         local missing=()

@@ -51,7 +51,8 @@ enum cage_debug_disable {
         CAGE_DEBUG_NO_SETSID = 1 << 8,
         CAGE_DEBUG_NO_PIDNS = 1 << 9,
         CAGE_DEBUG_NO_NETNS = 1 << 10,
-        CAGE_DEBUG_ROOT_OWNED_USERNS = 1 << 11, /* as root: userns owned by root (charged) */
+        /* As root: userns owned by root (charged); no limits inside either way. */
+        CAGE_DEBUG_ROOT_OWNED_USERNS = 1 << 11,
 };
 
 /* What a sandbox may do. Sizes are bytes, times milliseconds. */

@@ -78,7 +78,8 @@ bool cage_box_proc_exited(struct cage_box_proc *p, int *ret_wait_status);
 int cage_box_proc_exec_errno(struct cage_box_proc *p);
 /* Signals its process group (e.g. SIGINT for a timeout). */
 void cage_box_proc_signal(struct cage_box_proc *p, int sig);
-/* CPU time and peak memory of its cgroup so far; with_oom: also the
+/* CPU time and peak memory of its cgroup so far (on cgroup v2 the peak is
+ * the sandbox's: sub-groups have no memory controller); with_oom: also the
  * sandbox's OOM kills (one more read). */
 int cage_box_proc_usage(struct cage_box_proc *p, struct cage_box_usage *ret, bool with_oom);
 struct cage_box_proc *cage_box_proc_free(struct cage_box_proc *p);

@@ -373,16 +373,24 @@ static uint64_t oom_kills_now(struct cage_box *box)
         return s.oom_kills;
 }
 
+/* The sandbox's peak memory use. It stands for an exec's on cgroup v2,
+ * where sub-groups have no memory controller (the sandbox's group holds
+ * its init, so it cannot enable controllers below it). */
+static uint64_t box_peak_memory(struct cage_box *box)
+{
+        uint64_t peak = 0;
+        struct cage_cgroup *cg = box_cgroup(box);
+        if (cg)
+                (void)cage_cgroup_memory_peak(cg, &peak);
+        return peak;
+}
+
 static void collect_usage(struct exec_state *st, struct cage_result *res)
 {
         res->cpu_ms = st->stats.cpu_usage_ns / 1000000ULL;
         res->peak_memory_bytes = st->stats.peak_memory_bytes;
-        if (!res->peak_memory_bytes && box_cgroup(st->box)) {
-                /* v2 sub-groups have no memory controller: the sandbox's peak. */
-                struct cgroup_stats s = {0};
-                (void)cage_cgroup_stats(st->box->l.cg, &s);
-                res->peak_memory_bytes = s.peak_memory_bytes;
-        }
+        if (!res->peak_memory_bytes)
+                res->peak_memory_bytes = box_peak_memory(st->box);
         res->limits_backend = launcher_limits_backend(&st->box->l);
 }
 
@@ -605,13 +613,8 @@ int cage_box_proc_usage(struct cage_box_proc *p, struct cage_box_usage *ret, boo
         int r = cage_cgroup_usage(cg, &s);
         ret->cpu_ms = s.cpu_usage_ns / 1000000ULL;
         ret->memory_bytes = s.peak_memory_bytes;
-        struct cage_cgroup *box_cg = box_cgroup(p->st.box);
-        if (!ret->memory_bytes && box_cg && cg != box_cg) {
-                /* Exec groups have no memory controller: the sandbox's peak. */
-                uint64_t peak = 0;
-                if (cage_cgroup_memory_peak(box_cg, &peak) == 0)
-                        ret->memory_bytes = peak;
-        }
+        if (!ret->memory_bytes && !p->st.adopted)
+                ret->memory_bytes = box_peak_memory(p->st.box);
         if (with_oom)
                 ret->oom_kills = oom_kills_now(p->st.box);
         return r;

@@ -109,11 +109,11 @@ static void close_source_fds(int *fds, size_t n)
                         close(fds[i]);
 }
 
-/* Per-user kernel objects of this user namespace (charged to the sandbox's
- * own host uid, its owner): tight limits, and no nested user namespace —
- * the only way to any other nested namespace once capabilities are gone, a
- * second layer under the seccomp filter (which also refuses fanotify). The
- * files are
+/* Per-user kernel objects of this user namespace (charged to its owner: as
+ * root the sandbox's own host uid, else the caller): tight limits, and no
+ * nested user namespace — the only way to any other nested namespace once
+ * capabilities are gone, a second layer under the seccomp filter (which
+ * also refuses fanotify). Set as root and rootless alike. The files are
  * opened while the host's /proc is still ours (a sysctl file belongs to the
  * user namespace that opens it) and written once our own namespaces exist:
  * building the root makes short-lived mount namespaces (detached trees). */
@@ -132,8 +132,10 @@ static void open_userns_limits(const struct launch_plan *plan, int *fds)
 {
         for (size_t i = 0; i < N_USERNS_LIMITS; i++) {
                 fds[i] = -1;
-                if (!plan->owner_uid || plan->nests_namespaces)
-                        continue; /* charged to the caller, or the template's children */
+                /* Root-owned namespaces (the unsafe build's switch) have none,
+                 * as before; a template's children set their own. */
+                if ((plan->disable & CAGE_DEBUG_ROOT_OWNED_USERNS) || plan->nests_namespaces)
+                        continue;
                 fds[i] = open(userns_limits[i].file, O_WRONLY | O_CLOEXEC);
                 if (fds[i] < 0 && errno != ENOENT) /* a kernel without it is fine */
                         child_fail(plan, "user namespace limits", errno);

@@ -458,7 +458,10 @@ static void set_timeouts(int fd, unsigned seconds)
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 }
 
-/* Sends an error answer to the sandbox's client and ends the connection. */
+/* Sends an error answer to the sandbox's client and ends the connection.
+ * Head and body go in one send: a second small write would wait for the
+ * client's ACK of the first (Nagle), and a close with the client's request
+ * still unread resets the connection, discarding what was not sent yet. */
 static void reply_error(struct egress_conn *c, int status, const char *reason)
 {
         static const struct {
@@ -470,15 +473,19 @@ static void reply_error(struct egress_conn *c, int status, const char *reason)
         for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++)
                 if (texts[i].status == status)
                         text = texts[i].text;
-        char body[REASON_BYTES + 64], head[256];
+        char body[REASON_BYTES + 64], msg[sizeof(body) + 256];
         int blen = snprintf(body, sizeof(body), "codecage egress proxy: %s\n", reason);
-        int hlen = snprintf(head, sizeof(head),
-                            "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\n"
-                            "Content-Length: %d\r\nConnection: close\r\n"
-                            "X-Codecage-Egress: denied\r\n\r\n",
-                            status, text, blen);
-        if (send_all(c->client, head, (size_t)hlen) == 0)
-                (void)send_all(c->client, body, (size_t)blen);
+        if (blen < 0)
+                return;
+        if (blen >= (int)sizeof(body))
+                blen = (int)sizeof(body) - 1;
+        int n = snprintf(msg, sizeof(msg),
+                         "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                         "Content-Length: %d\r\nConnection: close\r\n"
+                         "X-Codecage-Egress: denied\r\n\r\n%s",
+                         status, text, blen, body);
+        if (n > 0 && n < (int)sizeof(msg))
+                (void)send_all(c->client, msg, (size_t)n);
 }
 
 /* ---- relaying bodies -------------------------------------------------------------- */
@@ -950,6 +957,13 @@ static void refuse_client(struct egress_sandbox *s, int fd, const char *reason)
         fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
         audit_deny(s, "connect", "", 0, reason);
         reply_error(&tmp, 403, reason);
+        /* The request already sent, unread, would turn the close into a
+         * reset, which may reach the client before it read the answer:
+         * read what is there (without waiting; bounded) and end with FIN. */
+        shutdown(fd, SHUT_WR);
+        char sink[4096];
+        for (int i = 0; i < 16 && recv(fd, sink, sizeof(sink), MSG_DONTWAIT) > 0; i++)
+                ;
         close(fd);
 }
 

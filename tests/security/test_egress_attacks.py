@@ -236,7 +236,7 @@ def test_more_connections_than_the_limit(start, world):
     expect(target, reached and statuses == [200] * n, statuses)
     if target.protected:
         assert statuses.count(200) == 2 and statuses.count(403) == 2, res[-n:]
-        assert all(denied(x, "connections") for x in res[-n:] if x.get("status") == 403)
+        assert all(denied(x, "connections") for x in res[-n:] if x.get("status") == 403), res[-n:]
 
 
 @egress_pair("egress-limits")

@@ -11,7 +11,6 @@ import json
 import os
 import socket
 import subprocess
-import time
 import uuid
 
 import pytest
@@ -141,10 +140,9 @@ def test_only_loopback_interface(target):
 @pytest.mark.parametrize("addr", ["1.1.1.1", "8.8.8.8", "169.254.169.254", "10.0.0.1",
                                   "192.168.0.1"])
 def test_no_route_out(cage, addr):
-    t0 = time.monotonic()
+    # ENETUNREACH at once (a route would give a connection or ETIMEDOUT).
     out = last_json(cage.probe_run("connect", addr, "80")["stdout"])
     assert out["ret"] == -1 and out["errname"] == "ENETUNREACH", out
-    assert time.monotonic() - t0 < 2
 
 
 def test_loopback_is_private(cage):

@@ -9,7 +9,6 @@ unsafe debug build with the protection off (CODECAGE_DEBUG_DISABLE), where it
 must succeed. The other attacks run against the normal build only, and say
 why."""
 import os
-import time
 import uuid
 
 import pytest
@@ -102,9 +101,9 @@ def test_fifo_in_output_does_not_hang_the_server(server):
     name = new_sandbox(server)
     r = sh(server, name, "mkdir -p output; mkfifo output/pipe; echo x > output/real.txt")
     assert [a["path"] for a in r["artifacts"]] == ["output/real.txt"]
-    t0 = time.monotonic()
+    # A server blocked on the FIFO would never answer (the request's timeout).
     got = server.request("GET", f"/v1/sandboxes/{name}/files/output/pipe", timeout=20)
-    assert got.status in (400, 403) and time.monotonic() - t0 < 5
+    assert got.status in (400, 403)
     assert server.request("GET", "/healthz").status == 200
 
 

@@ -71,6 +71,9 @@ ROOT_TESTS="tests/integration/test_run.py tests/integration/test_oom.py
 USER_TESTS="tests/integration/test_run.py tests/integration/test_cli_sandbox.py
         tests/integration/test_doctor.py tests/security"
 PYTEST="python3 -m pytest -q -p no:cacheprovider -c tests/pytest.ini --rootdir tests"
+# meson's per-test timeouts (60-120 s) are for a native machine; emulation
+# runs some ten times slower, more on a busy host.
+MESON_TEST=(meson test -C build --no-rebuild --timeout-multiplier 10 --print-errorlogs)
 
 stage() {
         local name=$1
@@ -94,7 +97,7 @@ as_user() {
 if [ "$only" != user ]; then
         echo $$ >$CG/system.slice/codecage-tests.service/cgroup.procs
         if [ -z "$pytest_args" ]; then
-                stage root-unit meson test -C build --no-rebuild --suite unit --print-errorlogs
+                stage root-unit "${MESON_TEST[@]}" --suite unit
         fi
         # shellcheck disable=SC2086
         stage root-pytest env CODECAGE_BUILD=build $PYTEST ${pytest_args:-$ROOT_TESTS}
@@ -108,8 +111,8 @@ if [ "$only" != root ]; then
         if [ -z "$pytest_args" ]; then
                 # The unit tests that create cgroups and sandboxes; the rest
                 # do not depend on who runs them.
-                stage user-unit as_user meson test -C build --no-rebuild --suite unit \
-                        --print-errorlogs --logbase testlog-user cgroup box session workspace
+                stage user-unit as_user "${MESON_TEST[@]}" --suite unit --logbase testlog-user \
+                        cgroup box session workspace
         fi
         # shellcheck disable=SC2086
         stage user-pytest as_user env CODECAGE_BUILD=build $PYTEST ${pytest_args:-$USER_TESTS}
