@@ -603,8 +603,9 @@ static int post_without_session(struct mcp_http *m, struct MHD_Connection *conn,
                            status);
 }
 
-/* Whether header `name`, without the whitespace around it, is want. */
-static bool header_is(struct MHD_Connection *conn, const char *name, const char *want)
+/* The value of header name without the whitespace around it, copied
+ * into out (HEADER_VALUE_MAX + 1 bytes); false when absent or too long. */
+static bool header_trimmed(struct MHD_Connection *conn, const char *name, char *out)
 {
         const char *v = header(conn, name);
         if (!v)
@@ -614,7 +615,18 @@ static bool header_is(struct MHD_Connection *conn, const char *name, const char 
         size_t n = strnlen(v, HEADER_VALUE_MAX + 1);
         while (n > 0 && (v[n - 1] == ' ' || v[n - 1] == '\t'))
                 n--;
-        return n <= HEADER_VALUE_MAX && strlen(want) == n && memcmp(v, want, n) == 0;
+        if (n > HEADER_VALUE_MAX)
+                return false;
+        memcpy(out, v, n);
+        out[n] = '\0';
+        return true;
+}
+
+/* Whether header `name`, without the whitespace around it, is want. */
+static bool header_is(struct MHD_Connection *conn, const char *name, const char *want)
+{
+        char v[HEADER_VALUE_MAX + 1];
+        return header_trimmed(conn, name, v) && strcmp(v, want) == 0;
 }
 
 /* 2026-07-28: Mcp-Method repeats the request's method, Mcp-Name its
@@ -642,25 +654,6 @@ static unsigned check_mcp_headers(struct MHD_Connection *conn, const json_t *msg
                 id, -32020, "Header mismatch: the %s header must repeat the request's %s",
                 method_ok ? NAME_HEADER : METHOD_HEADER, method_ok ? "name" : "method");
         return 400;
-}
-
-/* The value of header name without the whitespace around it, copied
- * into out (HEADER_VALUE_MAX + 1 bytes); false when absent or too long. */
-static bool header_trimmed(struct MHD_Connection *conn, const char *name, char *out)
-{
-        const char *v = header(conn, name);
-        if (!v)
-                return false;
-        while (*v == ' ' || *v == '\t')
-                v++;
-        size_t n = strnlen(v, HEADER_VALUE_MAX + 1);
-        while (n > 0 && (v[n - 1] == ' ' || v[n - 1] == '\t'))
-                n--;
-        if (n > HEADER_VALUE_MAX)
-                return false;
-        memcpy(out, v, n);
-        out[n] = '\0';
-        return true;
 }
 
 /* Whether the Mcp-Param header value (=?base64?...?= decoded, else as it
