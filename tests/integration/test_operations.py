@@ -85,6 +85,12 @@ def test_metrics_pass_promtool_and_count_what_happened(server):
     before = parse_metrics(scrape(server))
     assert server.ok("POST", "/v1/run", {"command": "echo hi"}, token=ALICE)["status"] == "ok"
     assert server.ok("POST", "/v1/run", {"command": "exit 3"}, token=ALICE)["status"] == "error"
+    # The pool warms in the background; on a busy machine it may still be
+    # starting. Wait for a ready sandbox so the Python run below is a hit.
+    deadline = time.monotonic() + 120
+    while (value(parse_metrics(scrape(server)), "codecage_pool_ready", image="host") or 0) < 1:
+        assert time.monotonic() < deadline, "the pool never had a sandbox ready"
+        time.sleep(0.05)
     assert server.ok("POST", "/v1/python", {"code": "6*7"}, token=ALICE)["status"] == "ok"
     server.ok("POST", "/v1/sandboxes", {"name": "m1"}, token=ALICE)
     res = server.ok("POST", "/v1/sandboxes/m1/exec", {"script": "sleep 0.2"}, token=ALICE)
