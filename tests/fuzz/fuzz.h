@@ -10,6 +10,15 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+/* For a target's own reference checks: no coverage feedback from them (they
+ * would only steer the fuzzer towards the checker) and no tracing cost.
+ * The sanitizers still watch them. */
+#if defined(__clang__)
+#define FUZZ_REFERENCE __attribute__((no_sanitize("coverage")))
+#else
+#define FUZZ_REFERENCE
+#endif
+
 #define FUZZ_CHECK(cond)                                                                           \
         do {                                                                                       \
                 if (!(cond)) {                                                                     \
