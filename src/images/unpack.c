@@ -16,7 +16,8 @@
  *    owner, not to the uids the archive names;
  *  - whiteouts `.wh.NAME` remove NAME from lower layers, `.wh..wh..opq`
  *    empties its directory of lower layers' entries; a whiteout naming ".",
- *    ".." or nothing is refused (image-whiteout);
+ *    ".." or nothing, and a directory named like a whiteout, are refused
+ *    (image-whiteout);
  *  - entries, file bytes (logical sizes: a sparse file counts in full) and
  *    path lengths are bounded per layer (image-bounds).
  * A refused entry fails the whole layer; the caller then discards the root
@@ -423,6 +424,21 @@ static int apply_whiteout(struct layer *l, int parent_fd, const char *parent, co
         return r < 0 ? cage_fail(l->err, r, "layer entry \"%.200s\"", name) : 0;
 }
 
+/* A directory component named like a whiteout: opening the entry's parents
+ * would make a directory no image may hold (OCI whiteouts are files). */
+static bool whiteout_in_parent(const char *parent)
+{
+        for (const char *p = parent; *p;) {
+                if (strncmp(p, ".wh.", 4) == 0)
+                        return true;
+                const char *slash = strchr(p, '/');
+                if (!slash)
+                        break;
+                p = slash + 1;
+        }
+        return false;
+}
+
 static int count_entry(struct layer *l)
 {
         if (!image_guard_on(GUARD_BOUNDS))
@@ -448,6 +464,8 @@ static int unpack_entry(struct layer *l, struct archive_entry *e)
         memcpy(name, path, sizeof(name));
         const char *parent, *base;
         split_parent(path, &parent, &base);
+        if (whiteout_in_parent(parent) && image_guard_on(GUARD_WHITEOUT))
+                return fail_entry(l, -EPERM, name, "a whiteout name (\".wh.\") as a directory");
         _cleanup_close_ int parent_fd = open_dir_p(l->root_fd, parent);
         if (parent_fd < 0)
                 return cage_fail(l->err, parent_fd, "layer entry \"%.200s\"%s", name,

@@ -234,6 +234,22 @@ def test_whiteout_of_dotdot_wipes_the_store(target, tmp_path):
     assert (base / "bin/busybox").exists() == target.protected
 
 
+@pair("image-whiteout")
+def test_whiteout_name_as_a_directory(target, tmp_path):
+    """`etc/.wh.shadow/x`: its parents would be made on the way, leaving a
+    directory named like a whiteout in the image (found by fuzzing)."""
+    base_image(target, tmp_path)
+    before = target.snapshot()
+    layer = il.tar_bytes([il.f("etc/.wh.shadow/x", b"x")])
+    proc = import_layers(target, tmp_path, [layer])
+    if target.protected:
+        expect_refused(target, proc, before)
+        assert "whiteout" in proc.stderr
+    else:
+        assert proc.returncode == 0, proc.stderr
+        assert (target.rootfs("evil:1") / "etc/.wh.shadow/x").read_bytes() == b"x"
+
+
 @pair("image-bounds")
 def test_huge_sparse_file(target, tmp_path):
     """200 GiB of holes in a few KiB of tar, beyond the 16 GiB default."""
