@@ -16,6 +16,7 @@
 
 #include "services/config.h"
 #include "services/metrics.h"
+#include "util/background.h"
 #include "util/cleanup.h"
 #include "util/clock.h"
 #include "util/error.h"
@@ -205,6 +206,7 @@ static int start_entry(struct cage_pool *p, struct pool_shelf *shelf, struct poo
 static void *dispose_main(void *arg)
 {
         struct cage_pool *p = arg;
+        thread_mark_background();
         pthread_mutex_lock(&p->lock);
         for (;;) {
                 while (!p->dead && !p->stop)
@@ -360,6 +362,7 @@ static void shelve_locked(struct pool_shelf *shelf, struct pool_entry *e)
 static void *refill_main(void *arg)
 {
         struct cage_pool *p = arg;
+        thread_mark_background();
         pthread_mutex_lock(&p->lock);
         while (!p->stop) {
                 struct pool_shelf *shelf = emptiest_locked(p);

@@ -27,6 +27,7 @@
 #include "core/spec.h"
 #include "core/zygote.h"
 #include "service_private.h"
+#include "util/background.h"
 #include "util/cleanup.h"
 #include "util/clock.h"
 #include "util/debug_pause.h"
@@ -734,6 +735,7 @@ static void dispose(struct cage_service *svc, struct disposal *d)
 static void *disposer_main(void *arg)
 {
         struct cage_service *svc = arg;
+        thread_mark_background();
         pthread_mutex_lock(&svc->lock);
         for (;;) {
                 while (!svc->disposals && !svc->dispose_stop)
@@ -1079,6 +1081,7 @@ static void stop_idle(struct cage_service *svc)
 static void *reaper_main(void *arg)
 {
         struct cage_service *svc = arg;
+        thread_mark_background();
         pthread_mutex_lock(&svc->lock);
         while (!svc->reaper_stop) {
                 struct timespec until;
