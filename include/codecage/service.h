@@ -46,6 +46,7 @@ extern "C" {
 
 struct cage_config;
 struct cage_service;
+struct cage_redactor;
 
 /* Server configuration (docs/CONFIG.md): every default, a file, or a JSON
  * text; checked as a whole, with a message naming the first bad key. */
@@ -143,6 +144,12 @@ bool cage_service_healthy(struct cage_service *svc);
  * did not change. */
 int cage_service_reload(struct cage_service *svc, const struct cage_config *cfg,
                         struct cage_error *err);
+/* The config and the secrets' redactor in force now (the latest reload's).
+ * Borrowed: both stay valid until cage_service_close(), a reload retires
+ * rather than frees them; a front end reads them per request, so a reload
+ * reaches every listener (tokens revoked, new secrets redacted). */
+const struct cage_config *cage_service_config(struct cage_service *svc);
+struct cage_redactor *cage_service_redactor(struct cage_service *svc);
 /* Reopens the audit log at its path (log rotation). */
 int cage_service_reopen_audit(struct cage_service *svc, struct cage_error *err);
 

@@ -42,9 +42,8 @@ struct e2b_server;
 struct sse_queue;
 
 /* e2b_http.c: the listener of cfg->e2b.listen (nothing when it is NULL). */
-int e2b_start(const struct cage_config *cfg, struct cage_service *svc,
-              struct cage_redactor *redactor, int shutdown_fd, struct e2b_server **ret,
-              struct cage_error *err);
+int e2b_start(const struct cage_config *cfg, struct cage_service *svc, int shutdown_fd,
+              struct e2b_server **ret, struct cage_error *err);
 /* "http://ADDR:PORT" of the bound listener. */
 const char *e2b_describe(const struct e2b_server *srv);
 /* Stops the listener, ends every command, removes every sandbox made

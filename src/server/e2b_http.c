@@ -50,9 +50,7 @@
 #define E2B_DESCRIBE_MAX    96
 
 struct e2b_server {
-        const struct cage_config *cfg;
-        struct cage_service *svc;
-        struct cage_redactor *redactor;
+        struct cage_service *svc; /* its config and redactor: the latest reload's */
         struct e2b_registry *reg;
         struct http_guard guard;
         int shutdown_fd;
@@ -239,7 +237,8 @@ static enum MHD_Result begin(struct e2b_request *req, struct MHD_Connection *con
                 return refuse(req, conn, status, message);
         }
         const char *cl = header(conn, MHD_HTTP_HEADER_CONTENT_LENGTH);
-        if (cl && strtoull(cl, NULL, 10) > req->srv->cfg->limits.max_body_bytes)
+        if (cl &&
+            strtoull(cl, NULL, 10) > cage_service_config(req->srv->svc)->limits.max_body_bytes)
                 return refuse(req, conn, 413, "the body is larger than limits.max_body_bytes");
         return MHD_YES;
 }
@@ -248,7 +247,7 @@ static enum MHD_Result begin(struct e2b_request *req, struct MHD_Connection *con
 static int control(struct e2b_request *req, struct e2b_call *c, struct e2b_reply *reply,
                    struct cage_error *err)
 {
-        const struct cage_config *cfg = req->srv->cfg;
+        const struct cage_config *cfg = cage_service_config(req->srv->svc);
         const char *key = header(c->conn, "X-API-Key");
         const struct cage_tenant *t = NULL;
         if (cage_config_auth_required(cfg)) {
@@ -318,9 +317,9 @@ static enum MHD_Result finish(struct e2b_request *req, struct MHD_Connection *co
         char *q = strchr(req->raw_uri, '?');
         if (q)
                 *q++ = '\0';
-        struct e2b_call c = {.cfg = srv->cfg,
+        struct e2b_call c = {.cfg = cage_service_config(srv->svc),
                              .svc = srv->svc,
-                             .redactor = srv->redactor,
+                             .redactor = cage_service_redactor(srv->svc),
                              .reg = srv->reg,
                              .conn = conn,
                              .shutdown_fd = srv->shutdown_fd,
@@ -372,7 +371,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (*upload_size) {
                 size_t n = *upload_size;
                 *upload_size = 0;
-                return http_body_take(&req->body, req->srv->cfg->limits.max_body_bytes, upload, n)
+                return http_body_take(&req->body,
+                                      cage_service_config(req->srv->svc)->limits.max_body_bytes,
+                                      upload, n)
                                ? MHD_YES
                                : MHD_NO;
         }
@@ -398,9 +399,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 
 /* ---- start / stop ---------------------------------------------------------- */
 
-int e2b_start(const struct cage_config *cfg, struct cage_service *svc,
-              struct cage_redactor *redactor, int shutdown_fd, struct e2b_server **ret,
-              struct cage_error *err)
+int e2b_start(const struct cage_config *cfg, struct cage_service *svc, int shutdown_fd,
+              struct e2b_server **ret, struct cage_error *err)
 {
         *ret = NULL;
         if (!cfg->e2b.listen)
@@ -408,9 +408,7 @@ int e2b_start(const struct cage_config *cfg, struct cage_service *svc,
         struct e2b_server *srv = calloc(1, sizeof(*srv));
         if (!srv)
                 return cage_fail(err, -ENOMEM, "e2b listener");
-        srv->cfg = cfg;
         srv->svc = svc;
-        srv->redactor = redactor;
         srv->shutdown_fd = shutdown_fd;
         http_guard_init(&srv->guard, cfg->e2b.listen, cfg->e2b.loopback);
         int fd = -1, r = http_listen_tcp(&cfg->e2b.addr, cfg->e2b.addr_len, "e2b.listen",

@@ -831,7 +831,7 @@ int cage_http_start(const struct cage_config *cfg, struct cage_service *svc,
                 return r;
         if ((r = start_listeners(srv, err)) < 0)
                 return r;
-        if ((r = e2b_start(cfg, svc, srv->ctx.redactor, srv->ctx.shutdown_fd, &srv->e2b, err)) < 0)
+        if ((r = e2b_start(cfg, svc, srv->ctx.shutdown_fd, &srv->e2b, err)) < 0)
                 return r;
         if (srv->e2b) {
                 size_t n = strlen(srv->describe);

@@ -19,7 +19,7 @@
  *   mcp_providers.c  the providers of a server (mcp_provider.h) and the
  *                    methods answered from them: tools, resources,
  *                    prompts, completion; argument checks
- *   mcp_server.c     the server object: options, providers, redactor
+ *   mcp_server.c     the server object: options, providers
  *   mcp_protocol.c   the method table and dispatch: initialize, ping,
  *                    logging, notifications, the providers' methods;
  *                    revision 2026-07-28: server/discover, the checks of
@@ -94,7 +94,6 @@ struct mcp_options {
 struct mcp_server {
         const struct cage_config *cfg;
         struct cage_service *svc;
-        struct cage_redactor *redactor;                    /* secrets, for live output */
         struct mcp_provider *providers[MCP_PROVIDERS_MAX]; /* codecage's first */
         size_t n_providers;
         struct mcp_listen *listen; /* subscriptions/listen (mcp_listen.c) */

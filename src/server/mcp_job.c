@@ -49,6 +49,8 @@
 
 #include "server/mcp.h"
 #include "server/mcp_provider.h"
+#include "services/config.h"
+#include "services/service.h"
 #include "util/cleanup.h"
 #include "util/clock.h"
 
@@ -409,9 +411,10 @@ static bool declares_tasks(const json_t *params)
 static uint64_t timeout_ms_of(const struct mcp_server *srv, const json_t *args)
 {
         const json_t *t = json_object_get(args, "timeout_s");
-        uint64_t s = srv->cfg->defaults.timeout_s;
+        const struct cage_config *cfg = cage_service_config(srv->svc);
+        uint64_t s = cfg->defaults.timeout_s;
         if (json_is_integer(t) && json_integer_value(t) > 0 &&
-            (uint64_t)json_integer_value(t) <= srv->cfg->limits.timeout_s_max)
+            (uint64_t)json_integer_value(t) <= cfg->limits.timeout_s_max)
                 s = (uint64_t)json_integer_value(t);
         uint64_t ms = s * 1000;
         return ms < MCP_CLIENT_WAIT_MS ? ms : MCP_CLIENT_WAIT_MS;

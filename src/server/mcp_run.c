@@ -70,7 +70,7 @@ static char *latest_lines(struct progress *p)
         size_t len = 0, clen = 0;
         if (cage_sanitize_text(p->tail + start, end - start, &text, &len) < 0)
                 return NULL;
-        struct cage_redactor *red = p->c->session->srv->redactor;
+        struct cage_redactor *red = cage_service_redactor(p->c->session->srv->svc);
         if (red && cage_redact_needed(red, text, len) &&
             cage_redact(red, text, len, &clean, &clen) == 0) {
                 free(text);

@@ -1,7 +1,8 @@
 /* The MCP server object shared by every session of one process: the
  * service, the config, the providers of its tools, resources and prompts
- * (codecage's own first, then those the options add), the secret
- * redactor for live output, the hub of its subscriptions (mcp_listen.c).
+ * (codecage's own first, then those the options add), the hub of its
+ * subscriptions (mcp_listen.c). Live output is redacted with the
+ * service's redactor of the moment, so a reload's secrets apply.
  * Read-only once created, so any thread may use
  * it. Also the options of `codecage serve` and code mode's upstreams. */
 #include <errno.h>
@@ -61,9 +62,7 @@ int mcp_server_new(const struct cage_config *cfg, struct cage_service *svc,
                 return cage_fail(err, -ENOMEM, "mcp server");
         srv->cfg = cfg;
         srv->svc = svc;
-        int r = cage_config_redactor(cfg, &srv->redactor, err);
-        if (r == 0)
-                r = add_providers(srv, opts, err);
+        int r = add_providers(srv, opts, err);
         if (r == 0 && (r = mcp_listen_new(svc, &srv->listen)) < 0)
                 r = cage_fail(err, r, "mcp subscriptions");
         if (r < 0) {
@@ -80,7 +79,6 @@ struct mcp_server *mcp_server_free(struct mcp_server *srv)
                 return NULL;
         mcp_jobs_stop(srv);
         srv->listen = mcp_listen_free(srv->listen);
-        cage_redactor_unref(srv->redactor);
         for (size_t i = 0; i < srv->n_providers; i++)
                 mcp_provider_free(srv->providers[i]);
         free(srv);

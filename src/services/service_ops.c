@@ -370,6 +370,16 @@ int cage_service_reload(struct cage_service *svc, const struct cage_config *cfg,
         return 0;
 }
 
+const struct cage_config *cage_service_config(struct cage_service *svc)
+{
+        return atomic_load(&svc->cfg);
+}
+
+struct cage_redactor *cage_service_redactor(struct cage_service *svc)
+{
+        return atomic_load(&svc->redactor);
+}
+
 int cage_service_reopen_audit(struct cage_service *svc, struct cage_error *err)
 {
         return cage_audit_reopen(svc->audit, err);

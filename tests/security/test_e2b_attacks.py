@@ -18,7 +18,9 @@ import base64
 import http.client
 import json
 import os
+import signal
 import struct
+import time
 
 import pytest
 
@@ -148,3 +150,33 @@ def test_files_do_not_leave_the_workspace(target, tmp_path):
     for path in ("../../../../" + str(host_file), "/workspace/../" + str(host_file), str(host_file)):
         status, body = target.e2b.read(sbx, path)
         assert status == 400 and b"a file of the host" not in body, (path, status, body)
+
+
+def test_a_reload_reaches_the_e2b_listener(tmp_path):
+    """SIGHUP replaces a tenant's key: the old key opens nothing on the E2B
+    listener any more, and the new one is redacted from command output
+    there as on the API (the listener once kept its first config)."""
+    port = free_port()
+    server = Server(tmp_path, tenants={"alice": KEY},
+                    extra={"e2b": {"listen": f"127.0.0.1:{port}"}, "pool_size": 0})
+    try:
+        e2b = E2B(port)
+        sbx = e2b.create()
+        new_key = "e2b_" + "6b" * 20
+        config = json.loads(server.config_path.read_text())
+        config["tenants"] = [{"name": "alice", "token": new_key}]
+        server.config_path.write_text(json.dumps(config))
+        server.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 30
+        while "codecage: reloaded" not in server.log_text():
+            assert time.monotonic() < deadline, server.log_text()
+            time.sleep(0.05)
+        status, body = e2b.request("POST", "/v2/sandboxes", json.dumps({"templateID": "base"}),
+                                   {"X-API-Key": KEY, "Content-Type": "application/json"})
+        assert status == 401, (status, body)
+        status, body = e2b.request("GET", "/v2/sandboxes", headers={"X-API-Key": new_key})
+        assert status == 200, (status, body)
+        status, out = e2b.run(sbx, f"printf '%s\\n' '{new_key}'")
+        assert status == 200 and new_key not in out, (status, out)
+    finally:
+        server.stop()
