@@ -348,17 +348,20 @@ static void watch_exec(struct exec_state *st)
  * group's subtree on v1, so while the group's peak use is below its limit
  * (no limit OOM kill can have happened) the first count stands. A kill by
  * the host's own OOM killer (the machine out of memory) in a sandbox that
- * never reached its limit is therefore not seen. */
-static uint64_t oom_kills_now(struct cage_box *box)
+ * never reached its limit is therefore not seen. known_peak: the box's
+ * peak when the caller has just read it (NULL: read it here). */
+static uint64_t oom_kills_now(struct cage_box *box, const uint64_t *known_peak)
 {
         struct cgroup_stats s = {0};
         uint64_t peak = 0;
         struct cage_cgroup *cg = box_cgroup(box);
         if (!cg)
                 return 0;
+        int got = known_peak ? 0 : cage_cgroup_memory_peak(cg, &peak);
+        if (known_peak)
+                peak = *known_peak;
         /* The margin covers the kernel's rounding of the limit to pages. */
-        bool below = box->memory_bytes && cage_cgroup_memory_peak(cg, &peak) == 0 &&
-                     peak + PEAK_MARGIN_BYTES < box->memory_bytes;
+        bool below = box->memory_bytes && got == 0 && peak + PEAK_MARGIN_BYTES < box->memory_bytes;
         pthread_mutex_lock(&box->lock);
         bool known = below && box->oom_counted;
         uint64_t kills = box->oom_kills;
@@ -407,7 +410,7 @@ static void judge(struct exec_state *st, struct cage_result *res)
                          strerror(st->fail_errno));
                 watch_note(&st->w, line);
         }
-        uint64_t now = oom_kills_now(st->box);
+        uint64_t now = oom_kills_now(st->box, NULL);
         struct verdict_facts f = {
                 .launch_failure = st->setup_failed ? launch_failure : NULL,
                 .cancelled = st->w.cancelled,
@@ -481,7 +484,7 @@ int cage_box_exec(struct cage_box *box, const struct cage_exec *ex,
         st.w.in_data = ex->stdin_stream ? NULL : ex->stdin_data;
         st.w.in_left = ex->stdin_data && !ex->stdin_stream ? ex->stdin_len : 0;
         st.w.output_stop_bytes = ex->output_stop_bytes;
-        st.oom_before = oom_kills_now(box);
+        st.oom_before = oom_kills_now(box, NULL);
         if ((r = watch_capture(&st.w, ex->output_max_bytes)) < 0) {
                 cleanup(&st);
                 return cage_fail(err, r, "output buffers");
@@ -613,10 +616,15 @@ int cage_box_proc_usage(struct cage_box_proc *p, struct cage_box_usage *ret, boo
         int r = cage_cgroup_usage(cg, &s);
         ret->cpu_ms = s.cpu_usage_ns / 1000000ULL;
         ret->memory_bytes = s.peak_memory_bytes;
-        if (!ret->memory_bytes && !p->st.adopted)
+        /* A read of the box's own group's peak serves the OOM check too
+         * (one read of each file, not two). */
+        bool box_peak = false;
+        if (!ret->memory_bytes && !p->st.adopted) {
                 ret->memory_bytes = box_peak_memory(p->st.box);
+                box_peak = true;
+        }
         if (with_oom)
-                ret->oom_kills = oom_kills_now(p->st.box);
+                ret->oom_kills = oom_kills_now(p->st.box, box_peak ? &ret->memory_bytes : NULL);
         return r;
 }
 

@@ -171,11 +171,24 @@ static int parse_keyed(const char *buf, const char *key, uint64_t *ret)
         return -ENOENT;
 }
 
+/* One read, not a loop to EOF: a single-value file's few bytes come whole
+ * from the kernel, and a session call reads several of these. */
 static int read_u64_at(int dirfd, const char *file, uint64_t *ret)
 {
         char buf[64];
-        ssize_t n = read_file_at(dirfd, file, buf, sizeof(buf));
-        return n < 0 ? (int)n : parse_u64(buf, ret);
+        int fd = openat(dirfd, file, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+        if (fd < 0)
+                return -errno;
+        ssize_t n;
+        do
+                n = read(fd, buf, sizeof(buf) - 1);
+        while (n < 0 && errno == EINTR);
+        int r = n < 0 ? -errno : 0;
+        close(fd);
+        if (r < 0)
+                return r;
+        buf[n] = '\0';
+        return parse_u64(buf, ret);
 }
 
 /* Reads "key N" from a flat-keyed file; a missing key leaves *ret alone. */

@@ -169,8 +169,10 @@ static void start_call(struct stdio_transport *t, struct mcp_call *call)
                         while (*end)
                                 end = &(*end)->next;
                         *end = job;
-                        pthread_cond_signal(&t->work);
+                        /* Signalled after the unlock: the woken thread does
+                         * not wake only to wait for the lock we hold. */
                         pthread_mutex_unlock(&t->lock);
+                        pthread_cond_signal(&t->work);
                         return;
                 }
                 t->threads++;
