@@ -528,25 +528,8 @@ static void close_stdin(struct e2b_call *c, struct e2b_reply *reply)
  * room: 0, -EAGAIN (the command does not read), -EPIPE (it closed its stdin). */
 static int write_input(int fd, const char *data, size_t len)
 {
-        uint64_t deadline = clock_mono_ms() + STDIN_WAIT_MS;
-        while (len > 0) {
-                ssize_t n = write(fd, data, len);
-                if (n > 0) {
-                        data += n;
-                        len -= (size_t)n;
-                        continue;
-                }
-                if (n < 0 && errno == EINTR)
-                        continue;
-                if (n < 0 && errno != EAGAIN)
-                        return -errno;
-                uint64_t now = clock_mono_ms();
-                if (now >= deadline)
-                        return -EAGAIN;
-                struct pollfd pfd = {.fd = fd, .events = POLLOUT};
-                (void)poll(&pfd, 1, (int)(deadline - now));
-        }
-        return 0;
+        int r = write_all_until(fd, data, len, clock_mono_ms() + STDIN_WAIT_MS);
+        return r == -ETIMEDOUT ? -EAGAIN : r;
 }
 
 static void send_input(struct e2b_call *c, struct e2b_reply *reply)

@@ -78,27 +78,6 @@ static int ms_left(uint64_t deadline)
 
 /* ---- frames ---- */
 
-static int write_full(int fd, const void *buf, size_t len, uint64_t deadline)
-{
-        const char *p = buf;
-        while (len > 0) {
-                ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
-                if (n > 0) {
-                        p += n;
-                        len -= (size_t)n;
-                        continue;
-                }
-                if (n < 0 && errno == EINTR)
-                        continue;
-                if (n < 0 && errno != EAGAIN)
-                        return -errno;
-                struct pollfd pfd = {.fd = fd, .events = POLLOUT};
-                if (poll(&pfd, 1, ms_left(deadline)) == 0)
-                        return -ETIMEDOUT;
-        }
-        return 0;
-}
-
 static int send_frame(struct cage_session *s, json_t *msg, const void *blob, size_t blob_len,
                       uint64_t deadline)
 {
@@ -115,9 +94,9 @@ static int send_frame(struct cage_session *s, json_t *msg, const void *blob, siz
         uint32_t hdr[2] = {htonl((uint32_t)len), htonl((uint32_t)blob_len)};
         memcpy(head, hdr, 8);
         memcpy(head + 8, text, len);
-        int r = write_full(s->chan, head, 8 + len, deadline);
+        int r = write_all_until(s->chan, head, 8 + len, deadline);
         if (r == 0 && blob_len)
-                r = write_full(s->chan, blob, blob_len, deadline);
+                r = write_all_until(s->chan, blob, blob_len, deadline);
         if (r < 0)
                 s->dead = true; /* a frame cut in half: the channel is unusable */
         return r;
@@ -192,11 +171,11 @@ static int send_driver(int chan, uint64_t deadline)
         size_t pyc_len = (size_t)(cage_session_driver_pyc_end - cage_session_driver_pyc);
         size_t src_len = (size_t)(cage_session_driver_end - cage_session_driver);
         uint32_t hdr[2] = {htonl((uint32_t)pyc_len), htonl((uint32_t)src_len)};
-        int r = write_full(chan, hdr, sizeof(hdr), deadline);
+        int r = write_all_until(chan, hdr, sizeof(hdr), deadline);
         if (r == 0)
-                r = write_full(chan, cage_session_driver_pyc, pyc_len, deadline);
+                r = write_all_until(chan, cage_session_driver_pyc, pyc_len, deadline);
         if (r == 0)
-                r = write_full(chan, cage_session_driver, src_len, deadline);
+                r = write_all_until(chan, cage_session_driver, src_len, deadline);
         return r;
 }
 

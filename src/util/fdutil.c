@@ -2,11 +2,15 @@
  * sandbox child uses them (no malloc, no stdio). */
 #include "fdutil.h"
 
+#include "clock.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/close_range.h>
 #include <linux/openat2.h>
+#include <poll.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -24,6 +28,42 @@ int write_all(int fd, const void *buf, size_t len)
                 }
                 p += n;
                 len -= (size_t)n;
+        }
+        return 0;
+}
+
+static ssize_t write_some(int fd, const char *p, size_t len, bool *socket)
+{
+        if (*socket) {
+                ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+                if (n >= 0 || errno != ENOTSOCK)
+                        return n;
+                *socket = false;
+        }
+        return write(fd, p, len);
+}
+
+int write_all_until(int fd, const void *buf, size_t len, uint64_t deadline_ms)
+{
+        const char *p = buf;
+        bool socket = true;
+        while (len > 0) {
+                ssize_t n = write_some(fd, p, len, &socket);
+                if (n > 0) {
+                        p += n;
+                        len -= (size_t)n;
+                        continue;
+                }
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0 && errno != EAGAIN)
+                        return -errno;
+                uint64_t now = clock_mono_ms();
+                if (now >= deadline_ms)
+                        return -ETIMEDOUT;
+                uint64_t wait = deadline_ms - now;
+                struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+                (void)poll(&pfd, 1, wait > 60000 ? 60000 : (int)wait);
         }
         return 0;
 }

@@ -10,6 +10,10 @@
 
 /* Writes all of buf; returns 0 or -errno. */
 int write_all(int fd, const void *buf, size_t len);
+/* Writes all of buf to a non-blocking fd (a socket: without SIGPIPE),
+ * waiting for room until deadline_ms (CLOCK_MONOTONIC milliseconds);
+ * 0, -ETIMEDOUT, or -errno (-EPIPE: the reader is gone). */
+int write_all_until(int fd, const void *buf, size_t len, uint64_t deadline_ms);
 /* Reads up to len bytes, retrying short reads until EOF; returns bytes read
  * or -errno. */
 ssize_t read_full(int fd, void *buf, size_t len);
