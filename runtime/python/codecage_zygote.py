@@ -14,10 +14,13 @@ message each) and answers nothing but "ready" or "error".
   spawn (JSON + fds)  host_uid, host_gid; fds stdout, stderr, channel, sync,
                       ctl, status
 
-Each spawn is one clone(2) straight into fresh user, mount, net, ipc, uts
-and pid namespaces: the child (B) is pid 1 of its pid namespace and waits
+Each spawn is one clone(2) straight into fresh user, mount, ipc, uts and
+pid namespaces: the child (B) is pid 1 of its pid namespace and waits
 until the template wrote its id maps (its sandbox user to the host uid the
-server chose). B closes every fd of the template, builds its mounts over
+server chose). B's first step is its own network namespace (unshare(2):
+made by B, in parallel with other spawns, rather than inside the template's
+clone, where the kernel's network setup held up every spawn queued behind
+it). B closes every fd of the template, builds its mounts over
 the template's (a fresh /proc with the masks, devpts, one scratch tmpfs
 behind /tmp, /dev/shm and /workspace), names the host and brings up
 loopback, tells the server it is ready to be put in its cgroup (the server
@@ -76,8 +79,7 @@ SYS_CLOSE_RANGE = 436  # the same number on every architecture
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 1
 BOX_REQ_SIGNAL, BOX_STATUS_EXITED = 2, 2
 SYS_CLONE3 = 435  # the same number on every architecture
-CLONE_NS_FLAGS = (CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
-                  | CLONE_NEWPID)
+CLONE_NS_FLAGS = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWPID
 
 try:  # what a zygote needs of this Python; main() says what is missing
     import ctypes
@@ -349,6 +351,9 @@ def write_userns_limits(fds):
 
 
 def sandbox_init(t, driver):
+    # Before anything else: until here B shares the template's network
+    # namespace (itself a sandbox's: loopback only).
+    check(libc.unshare(CLONE_NEWNET), "unshare network namespace")
     limits = open_userns_limits(t)
     mount(None, "/", None, MS_REC | MS_PRIVATE, None, "private propagation")
     build_proc(t)
