@@ -140,7 +140,8 @@ bool cage_service_healthy(struct cage_service *svc);
  * limits, defaults, secrets, network limits -- without touching a running
  * sandbox or session. The caller keeps every config it passed (and the
  * first) alive until cage_service_close(), and checks that keys which need
- * a restart (data_dir, listen, pool, images, upstream_servers, audit_log)
+ * a restart (data_dir, listen, pool, images, upstream_servers, audit_log,
+ * e2b)
  * did not change. */
 int cage_service_reload(struct cage_service *svc, const struct cage_config *cfg,
                         struct cage_error *err);

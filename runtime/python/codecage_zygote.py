@@ -17,7 +17,8 @@ message each) and answers nothing but "ready" or "error".
 Each spawn is one clone(2) straight into fresh user, mount, ipc, uts and
 pid namespaces: the child (B) is pid 1 of its pid namespace and waits
 until the template wrote its id maps (its sandbox user to the host uid the
-server chose). B's first step is its own network namespace (unshare(2):
+server chose). Once it has its ids, B makes its own network namespace
+(unshare(2):
 made by B, in parallel with other spawns, rather than inside the template's
 clone, where the kernel's network setup held up every spawn queued behind
 it). B closes every fd of the template, builds its mounts over
@@ -351,8 +352,9 @@ def write_userns_limits(fds):
 
 
 def sandbox_init(t, driver):
-    # Before anything else: until here B shares the template's network
-    # namespace (itself a sandbox's: loopback only).
+    # Before any other step of the sandbox's: until here B shares the
+    # template's network namespace (itself a sandbox's: loopback only), and
+    # nothing so far used it.
     check(libc.unshare(CLONE_NEWNET), "unshare network namespace")
     limits = open_userns_limits(t)
     mount(None, "/", None, MS_REC | MS_PRIVATE, None, "private propagation")

@@ -214,8 +214,9 @@ static void notify(const char *state)
 }
 
 /* Keys a reload cannot apply: the running server holds what they made. */
-static const char *const restart_keys[] = {"data_dir", "listen",           "pool",      "pool_size",
-                                           "images",   "upstream_servers", "audit_log", NULL};
+static const char *const restart_keys[] = {"data_dir",  "listen", "pool",
+                                           "pool_size", "images", "upstream_servers",
+                                           "audit_log", "e2b",    NULL};
 
 static int check_restart_keys(const json_t *old, const json_t *new, struct cage_error *err)
 {

@@ -379,12 +379,13 @@ static uint64_t oom_kills_now(struct cage_box *box, const uint64_t *known_peak)
 /* The sandbox's peak memory use. It stands for an exec's on cgroup v2,
  * where sub-groups have no memory controller (the sandbox's group holds
  * its init, so it cannot enable controllers below it). */
-static uint64_t box_peak_memory(struct cage_box *box)
+static uint64_t box_peak_memory(struct cage_box *box, bool *ok)
 {
         uint64_t peak = 0;
         struct cage_cgroup *cg = box_cgroup(box);
-        if (cg)
-                (void)cage_cgroup_memory_peak(cg, &peak);
+        bool read = cg && cage_cgroup_memory_peak(cg, &peak) == 0;
+        if (ok)
+                *ok = read;
         return peak;
 }
 
@@ -393,7 +394,7 @@ static void collect_usage(struct exec_state *st, struct cage_result *res)
         res->cpu_ms = st->stats.cpu_usage_ns / 1000000ULL;
         res->peak_memory_bytes = st->stats.peak_memory_bytes;
         if (!res->peak_memory_bytes)
-                res->peak_memory_bytes = box_peak_memory(st->box);
+                res->peak_memory_bytes = box_peak_memory(st->box, NULL);
         res->limits_backend = launcher_limits_backend(&st->box->l);
 }
 
@@ -617,12 +618,10 @@ int cage_box_proc_usage(struct cage_box_proc *p, struct cage_box_usage *ret, boo
         ret->cpu_ms = s.cpu_usage_ns / 1000000ULL;
         ret->memory_bytes = s.peak_memory_bytes;
         /* A read of the box's own group's peak serves the OOM check too
-         * (one read of each file, not two). */
+         * (one read of each file, not two); a failed one does not. */
         bool box_peak = false;
-        if (!ret->memory_bytes && !p->st.adopted) {
-                ret->memory_bytes = box_peak_memory(p->st.box);
-                box_peak = true;
-        }
+        if (!ret->memory_bytes && !p->st.adopted)
+                ret->memory_bytes = box_peak_memory(p->st.box, &box_peak);
         if (with_oom)
                 ret->oom_kills = oom_kills_now(p->st.box, box_peak ? &ret->memory_bytes : NULL);
         return r;

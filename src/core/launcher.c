@@ -112,8 +112,14 @@ static void thread_start(void)
 {
         pthread_t t;
         pthread_attr_t attr;
+        struct sched_param normal = {.sched_priority = 0};
         pthread_attr_init(&attr);
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        /* The ordinary policy whichever thread starts it (an upkeep thread
+         * runs SCHED_BATCH): every sandbox it clones inherits it. */
+        pthread_attr_setinheritsched(&attr, PTHREAD_EXPLICIT_SCHED);
+        pthread_attr_setschedpolicy(&attr, SCHED_OTHER);
+        pthread_attr_setschedparam(&attr, &normal);
         thread_r = -pthread_create(&t, &attr, thread_main, NULL);
         pthread_attr_destroy(&attr);
 }

@@ -17,7 +17,8 @@
  *  - whiteouts `.wh.NAME` remove NAME from lower layers, `.wh..wh..opq`
  *    empties its directory of lower layers' entries; a whiteout naming ".",
  *    ".." or nothing, and a directory named like a whiteout, are refused
- *    (image-whiteout);
+ *    (image-whiteout); AUFS's bookkeeping directories at the top
+ *    (.wh..wh.plnk, .wh..wh.orph) are skipped, as Docker skips them;
  *  - entries, file bytes (logical sizes: a sparse file counts in full) and
  *    path lengths are bounded per layer (image-bounds).
  * A refused entry fails the whole layer; the caller then discards the root
@@ -424,6 +425,14 @@ static int apply_whiteout(struct layer *l, int parent_fd, const char *parent, co
         return r < 0 ? cage_fail(l->err, r, "layer entry \"%.200s\"", name) : 0;
 }
 
+/* AUFS's bookkeeping at the top of a layer (.wh..wh.plnk, .wh..wh.orph
+ * and what is in them), which Docker skips when it applies a layer; the
+ * opaque marker is not bookkeeping. */
+static bool aufs_metadata(const char *path)
+{
+        return strncmp(path, ".wh..wh.", 8) == 0 && strcmp(path, OPAQUE_MARKER) != 0;
+}
+
 /* A directory component named like a whiteout: opening the entry's parents
  * would make a directory no image may hold (OCI whiteouts are files). */
 static bool whiteout_in_parent(const char *parent)
@@ -461,6 +470,8 @@ static int unpack_entry(struct layer *l, struct archive_entry *e)
                 return r;
         if (!path[0])
                 return 0; /* the root itself: its mode is the store's */
+        if (aufs_metadata(path))
+                return 0;
         memcpy(name, path, sizeof(name));
         const char *parent, *base;
         split_parent(path, &parent, &base);

@@ -178,5 +178,18 @@ def test_a_reload_reaches_the_e2b_listener(tmp_path):
         assert status == 200, (status, body)
         status, out = e2b.run(sbx, f"printf '%s\\n' '{new_key}'")
         assert status == 200 and new_key not in out, (status, out)
+        # The listener is bound at start: a reload that drops its section (and
+        # with it the tenants a public listener requires) is refused.
+        del config["e2b"]
+        config["tenants"] = []
+        server.config_path.write_text(json.dumps(config))
+        server.proc.send_signal(signal.SIGHUP)
+        while "e2b changed" not in server.log_text():
+            assert time.monotonic() < deadline + 30, server.log_text()
+            time.sleep(0.05)
+        status, body = e2b.request("GET", "/v2/sandboxes")
+        assert status == 401, (status, body)
+        status, body = e2b.request("GET", "/v2/sandboxes", headers={"X-API-Key": new_key})
+        assert status == 200, (status, body)
     finally:
         server.stop()

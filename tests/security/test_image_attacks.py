@@ -257,6 +257,20 @@ def test_whiteout_name_as_a_directory(target, tmp_path):
         assert (target.rootfs("evil:1") / "etc/.wh.shadow/x").read_bytes() == b"x"
 
 
+def test_aufs_bookkeeping_is_skipped(tmp_path):
+    """Layers built on AUFS carry .wh..wh.plnk/ and .wh..wh.orph/ at their
+    top: skipped as Docker skips them, the rest of the layer applied."""
+    images = il.Images(BUILD, tmp_path)
+    archive = tmp_path / "aufs.tar"
+    layer = il.tar_bytes([il.d(".wh..wh.plnk"), il.f(".wh..wh.plnk/123.456", b"x"),
+                          il.d(".wh..wh.orph"), il.f("etc/motd", b"hello")])
+    il.docker_save(archive, [layer], tags=["aufs:1"])
+    images.ok("import", str(archive))
+    root = images.rootfs("aufs:1")
+    assert (root / "etc/motd").read_bytes() == b"hello"
+    assert not [p for p in os.listdir(root) if p.startswith(".wh.")]
+
+
 @pair("image-bounds")
 def test_huge_sparse_file(target, tmp_path):
     """200 GiB of holes in a few KiB of tar, beyond the 16 GiB default."""
