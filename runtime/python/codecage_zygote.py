@@ -18,10 +18,9 @@ Each spawn is one clone(2) straight into fresh user, mount, ipc, uts and
 pid namespaces: the child (B) is pid 1 of its pid namespace and waits
 until the template wrote its id maps (its sandbox user to the host uid the
 server chose). Once it has its ids, B makes its own network namespace
-(unshare(2):
-made by B, in parallel with other spawns, rather than inside the template's
-clone, where the kernel's network setup held up every spawn queued behind
-it). B closes every fd of the template, builds its mounts over
+(unshare(2), in parallel with other spawns, rather than inside the
+template's clone, where the kernel's network setup held up every spawn
+queued behind it). B closes every fd of the template, builds its mounts over
 the template's (a fresh /proc with the masks, devpts, one scratch tmpfs
 behind /tmp, /dev/shm and /workspace), names the host and brings up
 loopback, tells the server it is ready to be put in its cgroup (the server
