@@ -264,7 +264,7 @@ static void reload(struct serve_state *st)
                 r = cage_fail(&err, -ENOMEM, "reload");
         /* Kept before it is installed: a call may read it from then on. */
         if (r == 0 && cfg && (r = cage_service_reload(st->svc, cfg, &err)) == 0)
-                r = cage_http_reload(st->srv, cfg, &err);
+                cage_http_reload(st->srv, cfg);
         if (r < 0) {
                 fprintf(stderr, "codecage: reload refused, the running config stays: %s: %s\n",
                         path ? path : "(defaults)", err.message);

@@ -54,7 +54,6 @@
 #include "server/http.h"
 #include "server/mcp_http.h" /* MCP: /mcp */
 #include "services/config.h"
-#include "services/redact.h"
 #include "services/service.h"
 #include "util/cleanup.h"
 #include "util/error.h"
@@ -75,9 +74,7 @@ struct cage_http_server {
         bool api_daemon[3];  /* serves the API (not listen.metrics): quiesced on drain */
         int quiesced_fds[3]; /* listening sockets given back by MHD_quiesce_daemon */
         size_t n_daemons;
-        _Atomic unsigned active;        /* see cage_http_active() */
-        struct cage_redactor **retired; /* redactors of earlier configs */
-        size_t n_retired;
+        _Atomic unsigned active; /* see cage_http_active() */
         int shutdown_pipe[2];
         char *unix_path;        /* the socket we created, removed at stop */
         struct mcp_http *mcp;   /* MCP: the /mcp endpoint (mcp_http.c) */
@@ -819,14 +816,10 @@ int cage_http_start(const struct cage_config *cfg, struct cage_service *svc,
                 return cage_fail(err, -errno, "http server: pipe");
         srv->ctx.shutdown_fd = srv->shutdown_pipe[0];
         srv->ctx.active = &srv->active;
-        struct cage_redactor *red = NULL;
-        int r = cage_config_redactor(cfg, &red, err);
-        if (r < 0)
-                return r;
-        srv->ctx.redactor = red;
-        srv->metrics_ctx = srv->ctx; /* the redactor is the server's: not released twice */
+        srv->metrics_ctx = srv->ctx;
         srv->metrics_ctx.metrics_only = true;
         http_guard_init(&srv->metrics_ctx.guard, cfg->listen_metrics, true);
+        int r;
         if ((r = mcp_http_new(cfg, svc, srv->ctx.shutdown_fd, &srv->mcp, err)) < 0) /* MCP */
                 return r;
         if ((r = start_listeners(srv, err)) < 0)
@@ -883,26 +876,10 @@ void cage_http_cancel(struct cage_http_server *srv)
                 (void)!write(srv->shutdown_pipe[1], "x", 1);
 }
 
-int cage_http_reload(struct cage_http_server *srv, const struct cage_config *cfg,
-                     struct cage_error *err)
+void cage_http_reload(struct cage_http_server *srv, const struct cage_config *cfg)
 {
-        struct cage_redactor *red = NULL;
-        int r = cage_config_redactor(cfg, &red, err);
-        if (r < 0)
-                return r;
-        struct cage_redactor **more =
-                reallocarray(srv->retired, srv->n_retired + 1, sizeof(*srv->retired));
-        if (!more) {
-                cage_redactor_unref(red);
-                return cage_fail(err, -ENOMEM, "reload");
-        }
-        srv->retired = more;
-        /* A live stream may hold the old one (it takes its own reference). */
-        srv->retired[srv->n_retired++] = atomic_exchange(&srv->ctx.redactor, red);
-        srv->metrics_ctx.redactor = red;
         srv->ctx.cfg = cfg;
         srv->metrics_ctx.cfg = cfg;
-        return 0;
 }
 
 struct cage_http_server *cage_http_stop(struct cage_http_server *srv)
@@ -924,10 +901,6 @@ struct cage_http_server *cage_http_stop(struct cage_http_server *srv)
         for (int i = 0; i < 2; i++)
                 if (srv->shutdown_pipe[i] >= 0)
                         close(srv->shutdown_pipe[i]);
-        cage_redactor_unref(srv->ctx.redactor);
-        for (size_t i = 0; i < srv->n_retired; i++)
-                cage_redactor_unref(srv->retired[i]);
-        free(srv->retired);
         free(srv);
         return NULL;
 }

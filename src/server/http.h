@@ -52,10 +52,10 @@ unsigned cage_http_active(struct cage_http_server *srv);
 /* Cancels every running call (they end "cancelled" and their responses are
  * sent); cage_http_stop does it too, without waiting for the responses. */
 void cage_http_cancel(struct cage_http_server *srv);
-/* SIGHUP: cfg from now on (tokens, tenants, limits); its listeners must be
+/* SIGHUP, after cage_service_reload(): cfg from now on (tokens, tenants,
+ * limits; secrets through the service's redactor); its listeners must be
  * the running ones. cfg must outlive the server. */
-int cage_http_reload(struct cage_http_server *srv, const struct cage_config *cfg,
-                     struct cage_error *err);
+void cage_http_reload(struct cage_http_server *srv, const struct cage_config *cfg);
 /* Cancels running execs, stops the listeners, waits for every connection,
  * removes the Unix socket. Accepts NULL. */
 struct cage_http_server *cage_http_stop(struct cage_http_server *srv);
@@ -64,7 +64,6 @@ struct cage_http_server *cage_http_stop(struct cage_http_server *srv);
 
 struct MHD_Connection;
 struct MHD_Response;
-struct cage_redactor;
 
 #define HTTP_NAME_MAX       63     /* [A-Za-z0-9][A-Za-z0-9_.-]{0,62} */
 #define HTTP_URI_MAX        8192   /* raw request target */
@@ -95,13 +94,13 @@ unsigned http_guard_check(const struct http_guard *g, const struct http_guard_re
 /* The host of "host[:port]" or "[v6]:port"; false when malformed. */
 bool http_host_part(const char *hostport, char out[HTTP_HOST_MAX + 1]);
 
-/* What every request handler may reach; read-only after start but for cfg
- * and redactor, which a reload swaps (every earlier one stays alive). */
+/* What every request handler may reach; read-only after start but for cfg,
+ * which a reload swaps (every earlier one stays alive). Live output is
+ * redacted with the service's redactor (cage_service_redactor()). */
 struct http_context {
         const struct cage_config *_Atomic cfg;
         struct cage_service *svc;
-        struct cage_redactor *_Atomic redactor; /* secrets + tokens, for live output */
-        int shutdown_fd;                        /* readable once the server is stopping */
+        int shutdown_fd; /* readable once the server is stopping */
         struct http_guard guard;
         bool metrics_only;        /* listen.metrics: /metrics, /healthz, /readyz, no token */
         _Atomic unsigned *active; /* requests doing work now (drain waits for them) */

@@ -340,7 +340,8 @@ static int stream_new(struct http_call *call, enum sse_kind kind, struct sse_str
         s->kind = kind;
         s->svc = call->ctx->svc;
         s->shutdown_fd = call->ctx->shutdown_fd;
-        s->redactor = call->ctx->redactor ? cage_redactor_ref(call->ctx->redactor) : NULL;
+        struct cage_redactor *red = cage_service_redactor(call->ctx->svc);
+        s->redactor = red ? cage_redactor_ref(red) : NULL;
         s->req = json_incref(call->json);
         s->tenant = strdup(call->tenant);
         s->name = call->name ? strdup(call->name) : NULL;
