@@ -357,9 +357,11 @@ static uint64_t oom_kills_now(struct cage_box *box, const uint64_t *known_peak)
         struct cage_cgroup *cg = box_cgroup(box);
         if (!cg)
                 return 0;
-        int got = known_peak ? 0 : cage_cgroup_memory_peak(cg, &peak);
+        int got = 0;
         if (known_peak)
                 peak = *known_peak;
+        else
+                got = cage_cgroup_memory_peak(cg, &peak);
         /* The margin covers the kernel's rounding of the limit to pages. */
         bool below = box->memory_bytes && got == 0 && peak + PEAK_MARGIN_BYTES < box->memory_bytes;
         pthread_mutex_lock(&box->lock);

@@ -68,14 +68,6 @@ struct cage_session {
         uint64_t oom_kills; /* the sandbox's OOM kills when that was read last */
 };
 
-static int ms_left(uint64_t deadline)
-{
-        uint64_t now = clock_mono_ms();
-        if (now >= deadline)
-                return 0;
-        return deadline - now > 60000 ? 60000 : (int)(deadline - now);
-}
-
 /* ---- frames ---- */
 
 static int send_frame(struct cage_session *s, json_t *msg, const void *blob, size_t blob_len,
@@ -138,7 +130,7 @@ static int wait_frame(struct cage_session *s, uint64_t deadline, json_t **ret)
                 if (r != 0)
                         return r;
                 struct pollfd p = {.fd = s->chan, .events = POLLIN};
-                int n = poll(&p, 1, ms_left(deadline));
+                int n = poll(&p, 1, clock_poll_ms_until(deadline));
                 if (n == 0)
                         return -ETIMEDOUT;
         }
@@ -430,7 +422,7 @@ static void watch(struct run_state *st)
                         {.fd = cage_box_proc_status_fd(s->proc), .events = POLLIN},
                         {.fd = st->cancelled ? -1 : cancel_fd, .events = POLLIN},
                 };
-                int n = poll(p, 5, ms_left(until));
+                int n = poll(p, 5, clock_poll_ms_until(until));
                 if (n < 0 && errno != EINTR)
                         break;
                 if (p[1].revents)

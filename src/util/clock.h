@@ -18,6 +18,16 @@ static inline uint64_t clock_mono_ms(void)
         return clock_mono_ns() / 1000000ULL;
 }
 
+/* A poll(2) timeout for a clock_mono_ms() deadline: 0 once it has passed,
+ * at most a minute (the caller polls again, so a far deadline holds). */
+static inline int clock_poll_ms_until(uint64_t deadline_ms)
+{
+        uint64_t now = clock_mono_ms();
+        if (now >= deadline_ms)
+                return 0;
+        return deadline_ms - now > 60000 ? 60000 : (int)(deadline_ms - now);
+}
+
 /* Milliseconds since the Unix epoch. */
 static inline int64_t clock_wall_ms(void)
 {

@@ -58,12 +58,11 @@ int write_all_until(int fd, const void *buf, size_t len, uint64_t deadline_ms)
                         continue;
                 if (n < 0 && errno != EAGAIN)
                         return -errno;
-                uint64_t now = clock_mono_ms();
-                if (now >= deadline_ms)
+                int wait = clock_poll_ms_until(deadline_ms);
+                if (wait == 0)
                         return -ETIMEDOUT;
-                uint64_t wait = deadline_ms - now;
                 struct pollfd pfd = {.fd = fd, .events = POLLOUT};
-                (void)poll(&pfd, 1, wait > 60000 ? 60000 : (int)wait);
+                (void)poll(&pfd, 1, wait);
         }
         return 0;
 }
