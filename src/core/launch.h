@@ -106,8 +106,11 @@ _Noreturn void child_fail(const struct launch_plan *plan, const char *step, int 
 #define ROOTFS_SOURCE_FDS (ROOT_ENTRIES_MAX + CAGE_MOUNTS_MAX + ROOTFS_DEV_NODES)
 int rootfs_open_sources(const struct launch_plan *plan, int *fds, const char **step);
 /* On a mount point that cannot be made (a read-only or non-directory
- * parent in the image: the caller's mistake), *bad_mount is its index. */
-int rootfs_build(const struct launch_plan *plan, const int *fds, const char **step, int *bad_mount);
+ * parent in the image: the caller's mistake), *bad_mount is its index.
+ * With sysctl_user, *sysctl_user is an O_PATH fd of the new /proc's
+ * sys/user, taken before it is made read-only (-1 if the kernel has none). */
+int rootfs_build(const struct launch_plan *plan, const int *fds, const char **step, int *bad_mount,
+                 int *sysctl_user);
 int rootfs_pivot(const char **step);
 /* The /proc directories made read-only and hidden (for the zygote, which
  * masks a fresh /proc the same way). */

@@ -114,30 +114,36 @@ static void close_source_fds(int *fds, size_t n)
  * nested user namespace — the only way to any other nested namespace once
  * capabilities are gone, a second layer under the seccomp filter (which
  * also refuses fanotify). Set as root and rootless alike. The files are
- * opened while the host's /proc is still ours (a sysctl file belongs to the
- * user namespace that opens it) and written once our own namespaces exist:
+ * opened through our own fresh /proc (a sysctl file belongs to the user
+ * namespace that looks it up; permission is CAP_SYS_RESOURCE there, which
+ * we hold until the drop) and written once our own namespaces exist:
  * building the root makes short-lived mount namespaces (detached trees). */
 static const struct {
         const char *file;
         const char *value;
 } userns_limits[] = {
-        {"/proc/sys/user/max_inotify_instances", "64"},
-        {"/proc/sys/user/max_inotify_watches", "16384"},
-        {"/proc/sys/user/max_user_namespaces", "0"},
+        {"max_inotify_instances", "64"},
+        {"max_inotify_watches", "16384"},
+        {"max_user_namespaces", "0"},
 };
 
 #define N_USERNS_LIMITS ELEMENTSOF(userns_limits)
 
-static void open_userns_limits(const struct launch_plan *plan, int *fds)
+static bool sets_userns_limits(const struct launch_plan *plan)
+{
+        /* Root-owned namespaces (the unsafe build's switch) have none, as
+         * before; a template's children set their own. */
+        return !(plan->disable & CAGE_DEBUG_ROOT_OWNED_USERNS) && !plan->nests_namespaces;
+}
+
+static void open_userns_limits(const struct launch_plan *plan, int dir, int *fds)
 {
         for (size_t i = 0; i < N_USERNS_LIMITS; i++) {
                 fds[i] = -1;
-                /* Root-owned namespaces (the unsafe build's switch) have none,
-                 * as before; a template's children set their own. */
-                if ((plan->disable & CAGE_DEBUG_ROOT_OWNED_USERNS) || plan->nests_namespaces)
+                if (dir < 0) /* a kernel without them is fine */
                         continue;
-                fds[i] = open(userns_limits[i].file, O_WRONLY | O_CLOEXEC);
-                if (fds[i] < 0 && errno != ENOENT) /* a kernel without it is fine */
+                fds[i] = openat(dir, userns_limits[i].file, O_WRONLY | O_CLOEXEC);
+                if (fds[i] < 0 && errno != ENOENT)
                         child_fail(plan, "user namespace limits", errno);
         }
 }
@@ -178,17 +184,21 @@ _Noreturn void sandbox_child_main(const struct launch_plan *plan)
          * root), which may read what the sandbox uid cannot. */
         if ((r = rootfs_open_sources(plan, fds, &step)) < 0)
                 child_fail(plan, step, -r);
-        int limit_fds[N_USERNS_LIMITS];
-        open_userns_limits(plan, limit_fds);
         /* After the maps exist and before creating files on new tmpfs mounts,
          * which need a mapped fsuid (EOVERFLOW otherwise). */
         become_sandbox_user(plan);
         prctl(PR_SET_PDEATHSIG, SIGKILL);
-        int bad_mount = -1;
-        if ((r = rootfs_build(plan, fds, &step, &bad_mount)) < 0 && bad_mount >= 0)
+        int bad_mount = -1, sysctl_user = -1;
+        if ((r = rootfs_build(plan, fds, &step, &bad_mount,
+                              sets_userns_limits(plan) ? &sysctl_user : NULL)) < 0 &&
+            bad_mount >= 0)
                 child_report_bad_mount(plan, bad_mount, -r);
         if (r < 0)
                 child_fail(plan, step, -r);
+        int limit_fds[N_USERNS_LIMITS];
+        open_userns_limits(plan, sysctl_user, limit_fds);
+        if (sysctl_user >= 0)
+                close(sysctl_user);
         fault_point(plan, "pivot_root");
         if ((r = rootfs_pivot(&step)) < 0)
                 child_fail(plan, step, -r);
