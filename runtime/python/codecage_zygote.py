@@ -250,11 +250,19 @@ def build_proc(t):
             mount(p, p, None, MS_BIND | MS_REC, None, "mask /proc entries")
             mount(None, p, None, MS_BIND | MS_REMOUNT | MS_RDONLY | PROC_FLAGS, None,
                   "mask /proc entries")
+    # One empty read-only tmpfs for them all, as rootfs.c does: each
+    # superblock costs every memory cgroup of the machine a slot.
+    first = None
     for name in t.proc_hidden:
         p = "/proc/" + name
-        if os.path.isdir(p):
+        if not os.path.isdir(p):
+            continue
+        if first is None:
             mount("tmpfs", p, "tmpfs", MS_RDONLY | PROC_FLAGS, "size=0,mode=0555",
                   "mask /proc entries")
+            first = p
+        else:
+            mount(first, p, None, MS_BIND, None, "mask /proc entries")
 
 
 def build_scratch(t):

@@ -179,6 +179,31 @@ static const char *const proc_hidden_dirs[] = {"acpi", "scsi", "asound", "firmwa
 
 #define PROC_FLAGS (MS_NOSUID | MS_NODEV | MS_NOEXEC)
 
+/* One empty read-only tmpfs hides them all: the first hidden directory
+ * gets it, the others a bind of it. Each superblock costs every memory
+ * cgroup on the machine a slot for as long as it lives (the kernel sizes
+ * each group's shrinker table by the highest superblock count), so memory
+ * per sandbox would grow with the number of sandboxes: a sandbox makes as
+ * few as it can. */
+static int hide_proc_dirs(const char *proc)
+{
+        char p[PATH_MAX], first[PATH_MAX] = "";
+        for (size_t i = 0; i < ELEMENTSOF(proc_hidden_dirs); i++) {
+                if (path_join(p, sizeof(p), proc, proc_hidden_dirs[i]) < 0)
+                        return -ENAMETOOLONG;
+                int r = first[0] ? mount(first, p, NULL, MS_BIND, NULL)
+                                 : mount("tmpfs", p, "tmpfs", MS_RDONLY | PROC_FLAGS,
+                                         "size=0,mode=0555");
+                if (r < 0 && errno == ENOENT)
+                        continue;
+                if (r < 0)
+                        return -errno;
+                if (!first[0])
+                        memcpy(first, p, sizeof(first));
+        }
+        return 0;
+}
+
 static int mask_proc(const struct launch_plan *plan, const char *proc, int null_fd)
 {
         char p[PATH_MAX];
@@ -201,14 +226,7 @@ static int mask_proc(const struct launch_plan *plan, const char *proc, int null_
                 if (mount(NULL, p, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | PROC_FLAGS, NULL) < 0)
                         return -errno;
         }
-        for (size_t i = 0; i < ELEMENTSOF(proc_hidden_dirs); i++) {
-                if (path_join(p, sizeof(p), proc, proc_hidden_dirs[i]) < 0)
-                        return -ENAMETOOLONG;
-                if (mount("tmpfs", p, "tmpfs", MS_RDONLY | PROC_FLAGS, "size=0,mode=0555") < 0 &&
-                    errno != ENOENT)
-                        return -errno;
-        }
-        return 0;
+        return hide_proc_dirs(proc);
 }
 
 /* An O_PATH fd of the fresh /proc's sys/user, before the masks make sys
