@@ -399,7 +399,7 @@ async function networkOf(id, main = MAIN) {
   return (await r.json()).spec.network
 }
 
-cases['network: off by default, on only as far as the policy allows'] = async (own) => {
+cases['network (e2b 2.51.0): off unless asked, on only as far as the policy allows'] = async (own) => {
   const off = await own(() => sdk.Sandbox.create(opts()))
   eq(await networkOf(off.sandboxId), [], 'no network unless asked')
   eq((await off.getInfo()).allowInternetAccess, false, 'getInfo says so')
