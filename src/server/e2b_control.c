@@ -16,7 +16,8 @@
  * image reference (docs/IMAGES.md); envVars its env, metadata its labels,
  * the network only when asked (allow_internet_access: true gives what the
  * config's network.allow admits; network.allowOut names hosts, refused
- * when the config does not cover them). Another tenant's sandbox is a 404, like one that does
+ * when the config does not cover them) and e2b.internet_access is not
+ * false. Another tenant's sandbox is a 404, like one that does
  * not exist. Everything else E2B's API has (pause and resume, snapshots,
  * forks, metrics, templates, volumes, ...) answers 501 in E2B's error shape
  * with a message saying codecage does not offer it. */
@@ -127,7 +128,9 @@ static int policy_hosts(const struct cage_config *cfg, json_t *list)
 /* The spec's network list: none unless asked for, and then what the
  * request names (network.allowOut) or what the policy allows
  * (allow_internet_access); the service refuses what the policy does not
- * cover. */
+ * cover. With e2b.internet_access false, none at all: allow_internet_access
+ * (which some SDK versions send on every create) is answered with an
+ * offline sandbox, hosts named in allowOut are refused. */
 static int network_of(const struct cage_config *cfg, const json_t *body, json_t *spec,
                       struct cage_error *err)
 {
@@ -135,6 +138,14 @@ static int network_of(const struct cage_config *cfg, const json_t *body, json_t 
         json_auto_t *list = json_array();
         if (!list)
                 return -ENOMEM;
+        if (!cfg->e2b.internet_access) {
+                if (json_array_size(allow) > 0)
+                        return cage_fail(err, -EPERM,
+                                         "network.allowOut: sandboxes made through the E2B API "
+                                         "have no network on this server (e2b.internet_access "
+                                         "is false)");
+                return 0;
+        }
         if (allow) {
                 size_t i;
                 json_t *h;

@@ -12,7 +12,13 @@
  *
  * The reaper thread removes a sandbox once end_ms has passed (E2B's
  * `timeout`). Locking: reg->lock guards the list and every end_ms; it is
- * never held across a service call. */
+ * never held across a service call.
+ *
+ * The control plane reaches a sandbox only for the tenant that made it
+ * (e2b_registry_get_for, e2b_registry_list). In the unsafe debug build
+ * (-Dunsafe_debug=true) only, that check is switched off when
+ * CODECAGE_DEBUG_DISABLE names "e2b-tenant", so the security suite can show
+ * that it is what keeps another tenant's API key from a sandbox. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -257,10 +263,20 @@ struct e2b_box *e2b_registry_get(struct e2b_registry *reg, const char *id)
         return found;
 }
 
+static bool tenant_owns(const struct e2b_box *box, const char *tenant)
+{
+#ifdef CODECAGE_UNSAFE_DEBUG
+        const char *off = getenv("CODECAGE_DEBUG_DISABLE");
+        if (off && strstr(off, "e2b-tenant"))
+                return true;
+#endif
+        return strcmp(box->tenant, tenant) == 0;
+}
+
 struct e2b_box *e2b_registry_get_for(struct e2b_registry *reg, const char *tenant, const char *id)
 {
         struct e2b_box *box = e2b_registry_get(reg, id);
-        if (box && strcmp(box->tenant, tenant) != 0) {
+        if (box && !tenant_owns(box, tenant)) {
                 e2b_box_unref(box);
                 return NULL;
         }
@@ -274,7 +290,7 @@ int e2b_registry_list(struct e2b_registry *reg, const char *tenant, struct e2b_b
         struct e2b_box **out = calloc(reg->n + 1, sizeof(*out));
         size_t n = 0;
         for (size_t i = 0; out && i < reg->n; i++)
-                if (strcmp(reg->boxes[i]->tenant, tenant) == 0)
+                if (tenant_owns(reg->boxes[i], tenant))
                         out[n++] = box_ref(reg->boxes[i]);
         pthread_mutex_unlock(&reg->lock);
         if (!out)

@@ -138,6 +138,7 @@ struct cage_config_e2b {
         socklen_t addr_len;
         bool loopback;
         uint64_t timeout_s_max; /* the longest lifetime a sandbox may ask for */
+        bool internet_access;   /* false: every sandbox made through it is offline */
 };
 
 struct cage_config {

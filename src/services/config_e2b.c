@@ -1,8 +1,11 @@
 /* The config's "e2b" section (docs/CONFIG.md, docs/E2B.md): the address of
- * the E2B-compatible listener and the longest lifetime a sandbox made
- * through it may ask for. Without the section (or with "listen": null) the
- * listener is off. As for listen.http, an address beyond loopback needs
- * tenants with tokens: the E2B API keys are the tenants' tokens. */
+ * the E2B-compatible listener, the longest lifetime a sandbox made through
+ * it may ask for, and whether such a sandbox may have the network at all
+ * ("internet_access": false keeps every one offline, whatever the create
+ * asks: some SDK versions ask for the network on every create). Without
+ * the section (or with "listen": null) the listener is off. As for
+ * listen.http, an address beyond loopback needs tenants with tokens: the
+ * E2B API keys are the tenants' tokens. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,10 +42,11 @@ static int parse_e2b_listen(json_t *obj, struct cage_config *cfg, struct cage_er
 
 int config_parse_e2b(json_t *root, struct cage_config *cfg, struct cage_error *err)
 {
-        static const char *const keys[] = {"listen", "timeout_s_max", NULL};
+        static const char *const keys[] = {"listen", "timeout_s_max", "internet_access", NULL};
         json_t *obj = NULL;
         double v;
         cfg->e2b.timeout_s_max = E2B_TIMEOUT_DEFAULT;
+        cfg->e2b.internet_access = true;
         int r = config_get_object(root, "", "e2b", &obj, err);
         if (r <= 0)
                 return r;
@@ -54,5 +58,10 @@ int config_parse_e2b(json_t *root, struct cage_config *cfg, struct cage_error *e
                 return r;
         if (r)
                 cfg->e2b.timeout_s_max = (uint64_t)v;
+        json_t *net = json_object_get(obj, "internet_access");
+        if (net && !json_is_boolean(net))
+                return cage_fail(err, -EINVAL, "e2b.internet_access: must be true or false");
+        if (net)
+                cfg->e2b.internet_access = json_is_true(net);
         return 0;
 }

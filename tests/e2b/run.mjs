@@ -1,6 +1,7 @@
 // The E2B compatibility suite: the stock E2B JavaScript SDKs (pinned in
 // package.json: e2b 2.51.0, @e2b/code-interpreter 2.8.0, and e2b 2.45.0 and
-// 2.50.0 for the older create / connect routes) against `codecage serve`
+// 2.50.0 for the older create / connect routes and their network default)
+// against `codecage serve`
 // with an `e2b` listener, E2B_API_URL and E2B_SANDBOX_URL both pointing at
 // it. Starts its own server (config, data directory and ports of its own:
 // two tenants whose tokens are the API keys), runs every case, kills the
@@ -30,7 +31,7 @@ if (process.getuid() !== 0) {
 
 // ---- the server --------------------------------------------------------------
 
-async function startServer() {
+async function startServer(e2bExtra = {}) {
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'codecage-e2b-'))
   const config = {
     data_dir: path.join(tmp, 'data'),
@@ -41,7 +42,7 @@ async function startServer() {
       { name: 'alice', token: ALICE },
       { name: 'bob', token: BOB },
     ],
-    e2b: { listen: '127.0.0.1:0', timeout_s_max: 3600 },
+    e2b: { listen: '127.0.0.1:0', timeout_s_max: 3600, ...e2bExtra },
     network: { allow: ['*.example.com', 'example.org:443', '10.9.8.0/24'] },
   }
   fs.writeFileSync(path.join(tmp, 'config.json'), JSON.stringify(config))
@@ -180,6 +181,55 @@ cases['commands: stdin'] = async (own) => {
   await rejects(plain.sendStdin('x'), (e) => /no stdin/.test(e.message), 'input to a command without stdin')
   await plain.kill()
   eq((await sbx.commands.run('cat; echo end')).stdout, 'end\n', 'without stdin, stdin is empty')
+}
+
+cases['commands: connect to a running command gets its later output'] = async (own) => {
+  const sbx = await own(() => sdk.Sandbox.create(opts()))
+  const handle = await sbx.commands.run('echo early; while [ ! -e go ]; do sleep 0.05; done; echo late; echo late-err >&2; exit 5', { background: true })
+  for (let i = 0; i < 100 && handle.stdout !== 'early\n'; i++) await new Promise((r) => setTimeout(r, 50))
+  eq(handle.stdout, 'early\n', 'the first output reached the starting handle')
+  // Another client (a handle of its own through Sandbox.connect) attaches by pid.
+  const other = await sdk.Sandbox.connect(sbx.sandboxId, opts())
+  const outs = []
+  const errs = []
+  const attached = await other.commands.connect(handle.pid, { onStdout: (d) => outs.push(d), onStderr: (d) => errs.push(d) })
+  eq(attached.pid, handle.pid, 'connect answers the same pid')
+  await other.files.write('go', '')
+  const res = await attached.wait().then(() => null, (e) => e)
+  assert(res instanceof sdk.CommandExitError, 'the attached handle sees the end: ' + res)
+  eq(res.exitCode, 5, 'and its exit code')
+  eq(outs.join(''), 'late\n', 'output written after connect reaches the attached handle')
+  eq(errs.join(''), 'late-err\n', 'stderr too')
+  eq(res.stdout, 'late\n', 'the attached result has the later output')
+  const first = await handle.wait().then(() => null, (e) => e)
+  eq(first?.stdout, 'early\nlate\n', 'the starting handle got everything')
+  await rejects(other.commands.connect(999999), (e) => e instanceof sdk.NotFoundError || /not found|no such process/i.test(e.message), 'connect to an unknown pid')
+}
+
+cases['files: octet-stream uploads (useOctetStream, a stream)'] = async (own) => {
+  const sbx = await own(() => sdk.Sandbox.create(opts()))
+  // What the SDK puts on the wire: its /files client's own middleware sees each request.
+  const sent = []
+  sbx.envdApi.api.use({ onRequest: ({ request }) => void sent.push(`${request.method} ${request.headers.get('content-type')}`) })
+  const bytes = new Uint8Array(70_000).map((_, i) => (i * 7 + (i >> 8)) & 0xff)
+  const info = await sbx.files.write('oct/raw.bin', bytes.buffer, { useOctetStream: true })
+  eq(info.path, '/workspace/oct/raw.bin', 'write answers the absolute path')
+  eq(sent, ['POST application/octet-stream'], 'useOctetStream sends the bytes as the body')
+  eq(Array.from(await sbx.files.read('oct/raw.bin', { format: 'bytes' })), Array.from(bytes), 'the bytes round-trip')
+  eq((await sbx.commands.run('wc -c < oct/raw.bin')).stdout.trim(), '70000', 'commands see the whole file')
+  await sbx.files.write('oct/text.txt', 'octet text', { useOctetStream: true })
+  eq(await sbx.files.read('oct/text.txt'), 'octet text', 'a string through octet-stream')
+  sent.length = 0
+  // A stream goes as a streamed (chunked) octet-stream body.
+  const chunks = ['one,', 'two,', 'three'].map((t) => new TextEncoder().encode(t))
+  const stream = new ReadableStream({ pull: (c) => (chunks.length ? c.enqueue(chunks.shift()) : c.close()) })
+  await sbx.files.write('oct/stream.txt', stream)
+  eq(sent, ['POST application/octet-stream'], 'a stream is sent as octet-stream')
+  eq(await sbx.files.read('oct/stream.txt'), 'one,two,three', 'a streamed upload')
+  const over = await sbx.files.write('oct/text.txt', 'x', { useOctetStream: true })
+  eq(over.path, '/workspace/oct/text.txt', 'an upload replaces a file')
+  eq(await sbx.files.read('oct/text.txt'), 'x', 'with the new content only')
+  await rejects(sbx.files.write('/etc/x', 'no', { useOctetStream: true }), (e) => e instanceof sdk.InvalidArgumentError, 'an octet-stream upload outside /workspace')
 }
 
 cases['files: write, read, list, exists, makeDir, rename, remove, binary'] = async (own) => {
@@ -343,13 +393,13 @@ cases['long runs: keep-alives do not disturb the SDKs'] = async (own) => {
 }
 
 // The sandbox's network list as codecage's own API shows it.
-async function networkOf(id) {
-  const r = await fetch(`${MAIN}/v1/sandboxes/${id}`, { headers: { Authorization: `Bearer ${ALICE}` } })
+async function networkOf(id, main = MAIN) {
+  const r = await fetch(`${main}/v1/sandboxes/${id}`, { headers: { Authorization: `Bearer ${ALICE}` } })
   eq(r.status, 200, '/v1 shows the sandbox')
   return (await r.json()).spec.network
 }
 
-cases['network: off by default, on only as far as the policy allows'] = async (own) => {
+cases['network (e2b 2.51.0): off unless asked, on only as far as the policy allows'] = async (own) => {
   const off = await own(() => sdk.Sandbox.create(opts()))
   eq(await networkOf(off.sandboxId), [], 'no network unless asked')
   eq((await off.getInfo()).allowInternetAccess, false, 'getInfo says so')
@@ -423,6 +473,47 @@ for (const [name, mod] of [['2.50.0', sdk250], ['2.45.0', sdk245]]) {
     eq(await sbx.files.read('old.txt'), 'old sdk', 'files through the connected handle')
     eq(await again.kill(), true, 'kill')
     eq(await mod.Sandbox.kill(sbx.sandboxId, opts()), false, 'gone')
+  }
+
+  // These versions send allow_internet_access: true on every create the
+  // caller does not set it on (2.51.0 leaves it out): the policy's hosts
+  // then, and nothing with allowInternetAccess: false (docs/E2B.md).
+  cases[`e2b@${name}: the network by default and with allowInternetAccess: false`] = async (own) => {
+    const dflt = await own(() => mod.Sandbox.create(opts()))
+    eq(await networkOf(dflt.sandboxId), ['*.example.com', 'example.org:443'], 'the SDK default asks for the network')
+    eq((await dflt.getInfo()).allowInternetAccess, true, 'getInfo says so')
+    assert((await dflt.commands.run('echo "$HTTPS_PROXY"')).stdout.startsWith('http://'), 'the egress proxy inside')
+    const off = await own(() => mod.Sandbox.create({ ...opts(), allowInternetAccess: false }))
+    eq(await networkOf(off.sandboxId), [], 'allowInternetAccess: false, no network')
+    eq((await off.getInfo()).allowInternetAccess, false, 'getInfo says so')
+    eq((await off.commands.run('echo "${HTTPS_PROXY:-none} ${HTTP_PROXY:-none}"')).stdout, 'none none\n', 'no proxy inside')
+  }
+}
+
+// An operator who wants E2B sandboxes offline whatever the SDK sends:
+// e2b.internet_access false (a server of its own for this case).
+cases['e2b.internet_access false keeps every sandbox offline'] = async (own) => {
+  const offline = await startServer({ internet_access: false })
+  const at = { ...opts(), apiUrl: offline.url, sandboxUrl: offline.url }
+  try {
+    for (const [name, create] of [
+      ['2.45.0 default', () => sdk245.Sandbox.create(at)],
+      ['2.50.0 default', () => sdk250.Sandbox.create(at)],
+      ['2.51.0 allowInternetAccess: true', () => sdk.Sandbox.create({ ...at, allowInternetAccess: true })],
+    ]) {
+      const sbx = await own(create)
+      eq(await networkOf(sbx.sandboxId, offline.main), [], `${name}: no network`)
+      eq((await sbx.getInfo()).allowInternetAccess, false, `${name}: getInfo says so`)
+      eq((await sbx.commands.run('echo "${HTTPS_PROXY:-none}"')).stdout, 'none\n', `${name}: no proxy inside`)
+      await sbx.kill()
+    }
+    const refused = await rejects(sdk.Sandbox.create({ ...at, network: { allowOut: ['api.example.com'] } }), () => true, 'hosts named in allowOut')
+    assert(/403/.test(refused.message) && /internet_access/.test(refused.message), 'refused, naming the setting: ' + refused.message)
+  } finally {
+    offline.proc.kill('SIGTERM')
+    const code = await new Promise((r) => offline.proc.once('exit', (c, sig) => r(sig ?? c)))
+    if (code === 0) fs.rmSync(offline.tmp, { recursive: true, force: true })
+    else throw new Error(`the offline server exited with ${code}: ${path.join(offline.tmp, 'serve.log')}`)
   }
 }
 

@@ -1,99 +1,56 @@
 """Attacks on the E2B listener (docs/E2B.md): a request for a sandbox
 carries only the sandbox's id and a token, so the token is all that stands
-between a client and another sandbox's commands and files.
+between a client and another sandbox's commands and files; on the control
+plane the API key's tenant is all that stands between a tenant and another
+tenant's sandboxes.
 
  - one sandbox's envd access token, sent for another sandbox, runs nothing
    there and reads none of its files;
+ - one sandbox's traffic token, sent to another sandbox's code interpreter
+   (port 49999), runs no code there;
  - the traffic token (the code interpreter's, which E2B hands out for port
    URLs) runs no command and reads no file on envd's port;
+ - another tenant's API key neither sees (list, get) nor reaches (connect,
+   set timeout, kill) a sandbox on the control plane;
  - /files never leaves /workspace: not with "..", not through a symlink the
    sandbox planted pointing at a host file.
 
 Each attack runs twice (the pair pattern of seclib): against the normal
 build, where it must fail, and against the unsafe debug build with the
 protection switched off (CODECAGE_DEBUG_DISABLE=e2b-tokens, the token
-check; files-resolve, the resolution of file paths inside the workspace),
-where it must succeed -- so none of these tests can pass vacuously."""
-import base64
-import http.client
+check; e2b-tenant, the control plane's tenant check; files-resolve, the
+resolution of file paths inside the workspace), where it must succeed -- so
+none of these tests can pass vacuously."""
 import json
 import os
 import signal
-import struct
 import time
 
 import pytest
 
 from conftest import BUILD, DEBUG_BUILD
+from e2blib import E2B
 from serverlib import Server, free_port
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the server's sandboxes need root")
 
 KEY = "e2b_" + "5a" * 20
+BOB = "e2b_" + "7c" * 20
 SECRET = "the other sandbox's secret"
 
 
-class E2B:
-    """A raw client of the E2B listener."""
-
-    def __init__(self, port):
-        self.port = port
-
-    def request(self, method, path, body=None, headers=None):
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
-        try:
-            conn.request(method, path, body=body, headers=headers or {})
-            r = conn.getresponse()
-            return r.status, r.read()
-        finally:
-            conn.close()
-
-    def create(self):
-        status, body = self.request("POST", "/v2/sandboxes", json.dumps({"templateID": "base"}),
-                                    {"X-API-Key": KEY, "Content-Type": "application/json"})
-        assert status == 201, (status, body)
-        return json.loads(body)
-
-    @staticmethod
-    def sandbox_headers(sbx, port, token_header, token):
-        return {"E2b-Sandbox-Id": sbx["sandboxID"], "E2b-Sandbox-Port": str(port),
-                token_header: token}
-
-    def run(self, sbx, command, token_header="X-Access-Token", token=None):
-        """Process/Start of `bash -c command`: (HTTP status, stdout)."""
-        msg = json.dumps({"process": {"cmd": "/bin/bash", "args": ["-c", command]}}).encode()
-        headers = self.sandbox_headers(sbx, 49983, token_header,
-                                       token if token is not None else sbx["envdAccessToken"])
-        headers["Content-Type"] = "application/connect+json"
-        status, body = self.request("POST", "/process.Process/Start",
-                                    struct.pack(">BI", 0, len(msg)) + msg, headers)
-        out = b""
-        while status == 200 and len(body) >= 5:
-            flags, n = struct.unpack(">BI", body[:5])
-            frame, body = json.loads(body[5:5 + n]), body[5 + n:]
-            data = frame.get("event", {}).get("data", {})
-            if "stdout" in data:
-                out += base64.b64decode(data["stdout"])
-        return status, out.decode(errors="replace")
-
-    def read(self, sbx, path, token_header="X-Access-Token", token=None):
-        from urllib.parse import quote
-        headers = self.sandbox_headers(sbx, 49983, token_header,
-                                       token if token is not None else sbx["envdAccessToken"])
-        return self.request("GET", "/files?path=" + quote(path, safe=""), headers=headers)
-
-
-@pytest.fixture(params=["protected", "e2b-tokens", "files-resolve"])
+@pytest.fixture(params=["protected", "e2b-tokens", "e2b-tenant", "files-resolve"])
 def target(request, tmp_path):
     port = free_port()
     extra = {"e2b": {"listen": f"127.0.0.1:{port}"}, "pool_size": 0}
+    tenants = {"alice": KEY, "bob": BOB}
     if request.param == "protected":
-        server = Server(tmp_path, tenants={"alice": KEY}, extra=extra, build=BUILD)
+        server = Server(tmp_path, tenants=tenants, extra=extra, build=BUILD)
     else:
-        server = Server(tmp_path, tenants={"alice": KEY}, extra=extra, build=DEBUG_BUILD,
+        server = Server(tmp_path, tenants=tenants, extra=extra, build=DEBUG_BUILD,
                         env=dict(os.environ, CODECAGE_DEBUG_DISABLE=request.param))
     server.switched_off = None if request.param == "protected" else request.param
-    server.e2b = E2B(port)
+    server.e2b = E2B(port, KEY)
     yield server
     server.stop()
 
@@ -116,6 +73,60 @@ def test_one_sandboxs_token_does_not_reach_another(target):
         assert status == 401
     # b's own token reaches b in every build.
     assert target.e2b.read(b, "secret.txt") == (200, SECRET.encode())
+
+
+def test_one_sandboxs_traffic_token_does_not_reach_anothers_code(target):
+    a, b = two_sandboxes(target)
+    leaks = target.switched_off == "e2b-tokens"
+    code = "open('secret.txt').read()"
+    status, lines = target.e2b.execute(b, code, token=a["trafficAccessToken"])
+    texts = [line.get("text") for line in lines if line.get("type") == "result"]
+    assert (status == 200 and texts == [repr(SECRET)]) == leaks, (status, lines)
+    if not leaks:
+        assert status == 401, (status, lines)
+    # b's own traffic token reaches b's interpreter in every build.
+    status, lines = target.e2b.execute(b, code)
+    assert status == 200 and [l.get("text") for l in lines if l.get("type") == "result"] == \
+        [repr(SECRET)], (status, lines)
+
+
+def test_another_tenants_key_reaches_no_sandbox(target):
+    """bob knows the id of alice's sandbox (ids are not secrets: they show in
+    URLs and logs) and tries every control-plane route with his own key."""
+    e2b = target.e2b
+    _, b = two_sandboxes(target)
+    sid = b["sandboxID"]
+    leaks = target.switched_off == "e2b-tenant"
+    status, listed = e2b.control("GET", "/v2/sandboxes", key=BOB)
+    assert status == 200, (status, listed)
+    assert (sid in [s["sandboxID"] for s in listed]) == leaks, listed
+    status, info = e2b.control("GET", f"/sandboxes/{sid}", key=BOB)
+    assert (status == 200 and info["sandboxID"] == sid) == leaks, (status, info)
+    if not leaks:
+        assert status == 404 and info["code"] == 404, (status, info)
+    # Setting the timeout: alice's end of life stays where it was.
+    _, before = e2b.control("GET", f"/sandboxes/{sid}")
+    status, body = e2b.control("POST", f"/sandboxes/{sid}/timeout", {"timeout": 3000}, key=BOB)
+    assert (status == 204) == leaks, (status, body)
+    _, after = e2b.control("GET", f"/sandboxes/{sid}")
+    assert (after["endAt"] != before["endAt"]) == leaks, (before, after)
+    # Connect hands out the sandbox's tokens: with them bob would read her files.
+    for path in (f"/sandboxes/{sid}/connect", f"/v2/sandboxes/{sid}/connect"):
+        status, body = e2b.control("POST", path, {"timeout": 60}, key=BOB)
+        assert (status == 200 and "envdAccessToken" in body) == leaks, (path, status, body)
+        if leaks:
+            assert e2b.read(body, "secret.txt") == (200, SECRET.encode())
+        else:
+            assert status == 404 and "envdAccessToken" not in body, (path, status, body)
+    status, body = e2b.control("DELETE", f"/sandboxes/{sid}", key=BOB)
+    assert (status == 204) == leaks, (status, body)
+    # For alice it is still there exactly when bob's kill was refused.
+    status, _ = e2b.control("GET", f"/sandboxes/{sid}")
+    assert status == (404 if leaks else 200), status
+    if not leaks:
+        denied = [r for r in target.audit_records() if r.get("event") == "auth.deny"
+                  and r.get("reason") == "forbidden" and r.get("sandbox") == sid]
+        assert len(denied) >= 5 and {r["tenant"] for r in denied} == {"bob"}, denied
 
 
 def test_traffic_token_alone_runs_no_command(target):
@@ -160,7 +171,7 @@ def test_a_reload_reaches_the_e2b_listener(tmp_path):
     server = Server(tmp_path, tenants={"alice": KEY},
                     extra={"e2b": {"listen": f"127.0.0.1:{port}"}, "pool_size": 0})
     try:
-        e2b = E2B(port)
+        e2b = E2B(port, KEY)
         sbx = e2b.create()
         new_key = "e2b_" + "6b" * 20
         config = json.loads(server.config_path.read_text())

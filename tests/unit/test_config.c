@@ -361,13 +361,16 @@ TEST(e2b_section)
         struct cage_config *cfg = NULL;
         char msg[CAGE_ERROR_MESSAGE_MAX];
         CHECK(parse("{}", &cfg, msg) == 0);
-        CHECK(cfg && cfg->e2b.listen == NULL && cfg->e2b.timeout_s_max == 3600);
+        CHECK(cfg && cfg->e2b.listen == NULL && cfg->e2b.timeout_s_max == 3600 &&
+              cfg->e2b.internet_access);
         cage_config_free(cfg);
         cfg = NULL;
-        CHECK(parse("{\"e2b\": {\"listen\": \"localhost:3000\", \"timeout_s_max\": 600}}", &cfg,
-                    msg) == 0);
+        CHECK(parse("{\"e2b\": {\"listen\": \"localhost:3000\", \"timeout_s_max\": 600, "
+                    "\"internet_access\": false}}",
+                    &cfg, msg) == 0);
         CHECK(cfg && strcmp(cfg->e2b.listen, "localhost:3000") == 0 && cfg->e2b.loopback &&
-              cfg->e2b.addr.ss_family == AF_INET && cfg->e2b.timeout_s_max == 600);
+              cfg->e2b.addr.ss_family == AF_INET && cfg->e2b.timeout_s_max == 600 &&
+              !cfg->e2b.internet_access);
         cage_config_free(cfg);
         cfg = NULL;
         /* An E2B API key's shape is a valid tenant token. */
@@ -384,6 +387,8 @@ TEST(e2b_section)
         CHECK(refused_naming("{\"e2b\": {\"timeout_s_max\": 0}}", "e2b.timeout_s_max", NULL));
         CHECK(refused_naming("{\"e2b\": {\"timeout_s_max\": 86401}}", "e2b.timeout_s_max", NULL));
         CHECK(refused_naming("{\"e2b\": {\"port\": 3000}}", "e2b.port: unknown key", NULL));
+        CHECK(refused_naming("{\"e2b\": {\"internet_access\": \"no\"}}", "e2b.internet_access",
+                             "true or false"));
 }
 
 TEST(secrets_are_resolved_at_load)
