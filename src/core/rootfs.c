@@ -179,32 +179,27 @@ static const char *const proc_hidden_dirs[] = {"acpi", "scsi", "asound", "firmwa
 
 #define PROC_FLAGS (MS_NOSUID | MS_NODEV | MS_NOEXEC)
 
-/* One empty read-only tmpfs hides them all: the first hidden directory
- * gets it, the others a bind of it. Each superblock costs every memory
- * cgroup on the machine a slot for as long as it lives (the kernel sizes
- * each group's shrinker table by the highest superblock count), so memory
- * per sandbox would grow with the number of sandboxes: a sandbox makes as
- * few as it can. */
-static int hide_proc_dirs(const char *proc)
+/* The hidden directories show the empty directory the new /proc covers
+ * (on the root tmpfs, read-only once built), bound read-only: no
+ * filesystem of their own. Each superblock the kernel holds costs every
+ * memory cgroup on the machine a slot for as long as it lives (each
+ * group's shrinker table is sized by the highest superblock count), so
+ * memory per sandbox would grow with the number of sandboxes: a sandbox
+ * makes as few as it can. */
+static int hide_proc_dirs(const char *proc, int empty_dir)
 {
-        char p[PATH_MAX], first[PATH_MAX] = "";
+        char p[PATH_MAX];
         for (size_t i = 0; i < ELEMENTSOF(proc_hidden_dirs); i++) {
                 if (path_join(p, sizeof(p), proc, proc_hidden_dirs[i]) < 0)
                         return -ENAMETOOLONG;
-                int r = first[0] ? mount(first, p, NULL, MS_BIND, NULL)
-                                 : mount("tmpfs", p, "tmpfs", MS_RDONLY | PROC_FLAGS,
-                                         "size=0,mode=0555");
-                if (r < 0 && errno == ENOENT)
-                        continue;
-                if (r < 0)
-                        return -errno;
-                if (!first[0])
-                        memcpy(first, p, sizeof(first));
+                int r = bind_fd(empty_dir, p, MS_RDONLY | PROC_FLAGS, false);
+                if (r < 0 && r != -ENOENT)
+                        return r;
         }
         return 0;
 }
 
-static int mask_proc(const struct launch_plan *plan, const char *proc, int null_fd)
+static int mask_proc(const struct launch_plan *plan, const char *proc, int null_fd, int empty_dir)
 {
         char p[PATH_MAX];
         int r;
@@ -226,7 +221,7 @@ static int mask_proc(const struct launch_plan *plan, const char *proc, int null_
                 if (mount(NULL, p, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | PROC_FLAGS, NULL) < 0)
                         return -errno;
         }
-        return hide_proc_dirs(proc);
+        return hide_proc_dirs(proc, empty_dir);
 }
 
 /* An O_PATH fd of the fresh /proc's sys/user, before the masks make sys
@@ -252,6 +247,10 @@ static int build_proc(const struct launch_plan *plan, const int *fds, const char
         *step = "mount /proc";
         if (mkdir(proc, 0555) < 0 && errno != EEXIST)
                 return -errno;
+        /* The (empty) directory the new /proc covers. */
+        _cleanup_close_ int under = open(proc, O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (under < 0)
+                return -errno;
         /* A fresh procfs shows only this pid namespace. (Debug builds
          * without a pid namespace may not mount one: bind the host's.) */
         if (plan->disable & CAGE_DEBUG_NO_PIDNS) {
@@ -267,7 +266,7 @@ static int build_proc(const struct launch_plan *plan, const int *fds, const char
         if (plan->disable & CAGE_DEBUG_NO_PROC_MASK)
                 return 0;
         *step = "mask /proc entries";
-        return mask_proc(plan, proc, fds[FD_INDEX_DEV(plan, 0)]);
+        return mask_proc(plan, proc, fds[FD_INDEX_DEV(plan, 0)], under);
 }
 
 static const char *const dev_links[][2] = {
@@ -275,19 +274,24 @@ static const char *const dev_links[][2] = {
         {"stderr", "/proc/self/fd/2"}, {"ptmx", "pts/ptmx"},
 };
 
-static int build_dev(const struct launch_plan *plan, const int *fds, const char **step)
+static int build_dev(const struct launch_plan *plan, const int *fds, const char *scratch,
+                     const char **step)
 {
         char dev[PATH_MAX], p[PATH_MAX];
         staged(dev, sizeof(dev), "dev");
         *step = "mount /dev";
         if (mkdir(dev, 0755) < 0 && errno != EEXIST)
                 return -errno;
-        /* Writable by the sandbox user, like a container's: bounded in bytes
-         * and in files (it holds ~15 entries). */
-        const char *opts = (plan->disable & CAGE_DEBUG_NO_LIMITS)
-                                   ? "size=64k,mode=0755"
-                                   : "size=64k,nr_inodes=64,mode=0755";
-        if (mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, opts) < 0)
+        /* Writable by the sandbox user, like a container's: a directory of
+         * the scratch tmpfs (so within its bytes and files), not a tmpfs of
+         * its own (see hide_proc_dirs for what each superblock costs). */
+        if (path_join(p, sizeof(p), scratch, "dev") < 0)
+                return -ENAMETOOLONG;
+        if (mkdir(p, 0755) < 0 || chmod(p, 0755) < 0)
+                return -errno;
+        if (mount(p, dev, NULL, MS_BIND, NULL) < 0 ||
+            mount(NULL, dev, NULL, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) <
+                    0)
                 return -errno;
         *step = "bind device nodes";
         for (size_t i = 0; i < DEV_NODES_MAX; i++) {
@@ -323,18 +327,23 @@ static int build_dev(const struct launch_plan *plan, const int *fds, const char 
         return mkdir(p, 01777) < 0 ? -errno : 0;
 }
 
-/* One tmpfs sized by disk_bytes behind /tmp, /dev/shm and /workspace. */
-static int build_scratch(const struct launch_plan *plan, const char **step)
+/* One tmpfs sized by disk_bytes behind /dev, /tmp, /dev/shm and
+ * /workspace, staged at `scratch` until bind_scratch has bound it. */
+static int mount_scratch(const struct launch_plan *plan, const char *scratch, const char **step)
 {
-        static const char *const dirs[][2] = {
-                {"tmp", "tmp"}, {"shm", "dev/shm"}, {"workspace", "workspace"}};
-        char scratch[PATH_MAX], src[PATH_MAX], dst[PATH_MAX];
-        staged(scratch, sizeof(scratch), ".scratch");
         *step = "mount scratch tmpfs";
         if (mkdir(scratch, 0700) < 0)
                 return -errno;
         if (mount("tmpfs", scratch, "tmpfs", MS_NOSUID | MS_NODEV, plan->scratch_opts) < 0)
                 return -errno;
+        return 0;
+}
+
+static int bind_scratch(const struct launch_plan *plan, const char *scratch, const char **step)
+{
+        static const char *const dirs[][2] = {
+                {"tmp", "tmp"}, {"shm", "dev/shm"}, {"workspace", "workspace"}};
+        char src[PATH_MAX], dst[PATH_MAX];
         *step = "bind /tmp, /dev/shm, /workspace";
         for (size_t i = 0; i < ELEMENTSOF(dirs); i++) {
                 bool is_ws = strcmp(dirs[i][0], "workspace") == 0;
@@ -482,8 +491,12 @@ int rootfs_build(const struct launch_plan *plan, const int *fds, const char **st
                 if ((r = build_entry(&plan->root[i], fds[i])) < 0)
                         return r;
         }
-        if ((r = build_proc(plan, fds, step, sysctl_user)) < 0 ||
-            (r = build_dev(plan, fds, step)) < 0 || (r = build_scratch(plan, step)) < 0 ||
+        char scratch[PATH_MAX];
+        staged(scratch, sizeof(scratch), ".scratch");
+        if ((r = mount_scratch(plan, scratch, step)) < 0 ||
+            (r = build_proc(plan, fds, step, sysctl_user)) < 0 ||
+            (r = build_dev(plan, fds, scratch, step)) < 0 ||
+            (r = bind_scratch(plan, scratch, step)) < 0 ||
             (r = build_user_mounts(plan, fds, step, bad_mount)) < 0)
                 return r;
         *step = "remount root read-only";
