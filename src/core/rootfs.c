@@ -114,12 +114,14 @@ static int open_in_root(int rootfd, const char *rel, uint64_t flags);
 static int attach_tree(int src_fd, int target_fd, uint64_t attrs, bool clone);
 
 /* Binds e->data read-only over the regular file e->path, which lies in an
- * image's read-only bind (the image's own /etc/hosts, say). The data goes
- * into a small tmpfs of its own, which is detached once its file is bound
- * (the root tmpfs could not be made read-only with an unlinked file in
- * use). The target resolves inside the new root, and one that is no
- * regular file (a symlink could lead anywhere) is left as it is. */
-static int cover_file(const struct root_entry *e)
+ * image's read-only bind (the image's own /etc/hosts, say). The data is a
+ * file of the root tmpfs in the directory /dev will cover (reserved: no
+ * image entry is there), so no filesystem of its own (see hide_proc_dirs);
+ * it is not unlinked, since the root tmpfs could not be made read-only
+ * with an unlinked file in use. The target resolves inside the new root,
+ * and one that is no regular file (a symlink could lead anywhere) is left
+ * as it is. */
+static int cover_file(const struct root_entry *e, size_t index)
 {
         _cleanup_close_ int rootfd = open(STAGING_ROOT, O_PATH | O_DIRECTORY | O_CLOEXEC);
         if (rootfd < 0)
@@ -128,26 +130,23 @@ static int cover_file(const struct root_entry *e)
         struct stat st;
         if (target < 0 || fstat(target, &st) < 0 || !S_ISREG(st.st_mode))
                 return 0;
-        char dir[PATH_MAX], file[PATH_MAX];
-        int r = staged(dir, sizeof(dir), ".codecage-cover");
-        if (r < 0 || (r = path_join(file, sizeof(file), dir, "data")) < 0)
+        char dir[PATH_MAX], name[48], file[PATH_MAX];
+        snprintf(name, sizeof(name), ".codecage-cover-%zu", index);
+        int r = staged(dir, sizeof(dir), "dev");
+        if (r < 0 || (r = path_join(file, sizeof(file), dir, name)) < 0)
                 return r;
-        if (mkdir(dir, 0700) < 0 ||
-            mount("tmpfs", dir, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=0755") < 0)
+        if (mkdir(dir, 0755) < 0 && errno != EEXIST)
                 return -errno;
-        r = make_file(file, e->data, e->data_len, 0644);
-        _cleanup_close_ int src = r < 0 ? -1 : open(file, O_PATH | O_CLOEXEC);
-        if (r == 0)
-                r = src < 0 ? -errno
-                            : attach_tree(src, target,
-                                          MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
-                                          true);
-        if (umount2(dir, MNT_DETACH) < 0 || rmdir(dir) < 0)
-                r = r < 0 ? r : -errno;
-        return r;
+        if ((r = make_file(file, e->data, e->data_len, 0644)) < 0)
+                return r;
+        _cleanup_close_ int src = open(file, O_PATH | O_CLOEXEC);
+        if (src < 0)
+                return -errno;
+        return attach_tree(src, target, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+                           true);
 }
 
-static int build_entry(const struct root_entry *e, int fd)
+static int build_entry(const struct root_entry *e, size_t index, int fd)
 {
         char dst[PATH_MAX];
         int r = staged(dst, sizeof(dst), e->path);
@@ -169,7 +168,7 @@ static int build_entry(const struct root_entry *e, int fd)
         case ROOT_ENTRY_EMPTY_DIR:
                 return mkdir(dst, 0755) < 0 && errno != EEXIST ? -errno : 0;
         case ROOT_ENTRY_FILE_OVER:
-                return cover_file(e);
+                return cover_file(e, index);
         }
         return -EINVAL;
 }
@@ -488,7 +487,7 @@ int rootfs_build(const struct launch_plan *plan, const int *fds, const char **st
                 return -errno;
         for (size_t i = 0; i < plan->n_root; i++) {
                 *step = "populate root";
-                if ((r = build_entry(&plan->root[i], fds[i])) < 0)
+                if ((r = build_entry(&plan->root[i], i, fds[i])) < 0)
                         return r;
         }
         char scratch[PATH_MAX];
