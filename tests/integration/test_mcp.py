@@ -366,7 +366,8 @@ def check_client_2026(doc):
     # bad input: an unknown tool is a JSON-RPC error; arguments a tool
     # refuses are an isError result whose text names the argument
     bad = doc["bad"]
-    assert bad["unknown_tool"][0] == -32602 and "Unknown tool: no_such_tool" in bad["unknown_tool"][1]
+    code, message = bad["unknown_tool"]
+    assert code == -32602 and message.startswith("Unknown tool: no_such_tool")
     assert bad["missing"].startswith("run_python: the argument `code` is required")
     assert bad["wrong_type"] == 'file_write: the argument `path` must be a "string"'
     assert bad["unknown_argument"].startswith("run_shell: unknown argument `bogus`; it takes: ")
