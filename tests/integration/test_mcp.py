@@ -8,7 +8,10 @@
 - the official conformance suite against `codecage serve --mcp-conformance`
   (0.1.16, and 0.2.0-alpha.12 with --requirements 2025-11-25 and 2026-07-28);
 - the v2 client (@modelcontextprotocol/client 2.4.0) in the stateless era of
-  revision 2026-07-28 over stdio and HTTP (tests/mcp/next/client2026.mjs);
+  revision 2026-07-28 over stdio and HTTP (tests/mcp/next/client2026.mjs): every
+  tool, bad input, per-request log levels, llm_query through input-required
+  results and the host-call budget, tasks (cancel: the process is gone
+  afterwards), subscriptions;
 - the MCP Inspector CLI over stdio and HTTP;
 - the transports' own rules with plain sockets: sessions, Host/Origin, the
   protocol version header, tenants, bounds, end of input, signals.
@@ -333,11 +336,14 @@ def test_client_2026_stdio(node, stdio_config, mode):
     doc = run_client_2026(mode, ["--stdio", str(BUILD / "codecage"), "mcp", "--config",
                                  str(stdio_config)])
     check_client_2026(doc)
+    assert_gone(doc["task_marker"])
 
 
 @pytest.mark.parametrize("mode", ["pin", "auto"])
 def test_client_2026_http(node, serve, mode):
-    check_client_2026(run_client_2026(mode, ["--http", serve.url]))
+    doc = run_client_2026(mode, ["--http", serve.url])
+    check_client_2026(doc)
+    assert_gone(doc["task_marker"])
 
 
 def run_client_2026(mode, target):
@@ -350,9 +356,34 @@ def run_client_2026(mode, target):
 def check_client_2026(doc):
     assert doc["version"] == "2026-07-28"
     assert len(doc["tools"]) == 13
+    # every tool listed was called and answered (the script checks each
+    # one's structuredContent)
+    assert doc["tools_called"] == doc["tools"]
     assert doc["state"] == 42  # a named sandbox keeps state across stateless calls
     assert doc["exit_code"] == 7
+    assert doc["shell_exit"] == ["error", 3, "one-shot\n"]
     assert doc["unknown_resource"] == -32602
+    # bad input: an unknown tool is a JSON-RPC error; arguments a tool
+    # refuses are an isError result whose text names the argument
+    bad = doc["bad"]
+    code, message = bad["unknown_tool"]
+    assert code == -32602 and message.startswith("Unknown tool: no_such_tool")
+    assert bad["missing"].startswith("run_python: the argument `code` is required")
+    assert bad["wrong_type"] == 'file_write: the argument `path` must be a "string"'
+    assert bad["unknown_argument"].startswith("run_shell: unknown argument `bogus`; it takes: ")
+    assert "run_python failed (invalid argument): timeout_s: -1 is below the minimum" in \
+        bad["out_of_range"]
+    assert bad["tail_out_of_range"] == "sandbox_logs: `tail` must be 0..100000"
+    assert bad["no_sandbox"].startswith("file_read failed (not found): no sandbox named")
+    # log messages only for a call whose _meta asks, at the level it asks
+    assert doc["logs"] == {
+        "unasked": [["ok"], ["timeout"]],
+        "debug": [["ok", "codecage:debug"], ["timeout", "codecage:debug", "codecage:notice"]],
+        "notice": [["ok"], ["timeout", "codecage:notice"]]}
+    # the host-call budget holds across input-required rounds: 100 prompts
+    # answered, the 101st call raises and the run exits 1
+    assert doc["budget"] == {"status": "error", "exit_code": 1, "error": "HostCallBudgetExceeded",
+                             "host_calls": 100, "asked": 100, "isError": False}
     # llm_query through input-required results: three prompts reached the
     # client's sampling handler, the batch of two in one round
     assert doc["llm"] == ["answer(one)", "answer(two)", "answer(three)"]
@@ -362,6 +393,8 @@ def check_client_2026(doc):
     assert doc["task_created"] == "working"
     assert doc["task_working"] == "working" and "task-started" in doc["task_output"]
     assert doc["task_final"] == "cancelled"
+    # the process the cancelled run started was running, and is gone
+    assert doc["task_running_before_cancel"] and doc["task_left_after_cancel"] == []
     assert doc["task_result"] == 42
     # a task's llm_query waits in input_required until tasks/update answers it
     assert doc["task_input_status"] == "input_required"

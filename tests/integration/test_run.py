@@ -92,6 +92,19 @@ def test_json_error_exit(cage):
     assert r["status"] == "error" and r["exit_code"] == 7 and r["stderr"] == "bad\n"
 
 
+@pytest.mark.parametrize("code, status, exit_code, stdout, stderr", [
+    ("print(1)", "ok", 0, "1\n", ""),
+    ("1/0", "error", 1, "", "ZeroDivisionError: division by zero\n"),
+    ("raise SystemExit(7)", "error", 7, "", ""),
+])
+def test_json_python_exit_code_is_the_process_s(cage, code, status, exit_code, stdout, stderr):
+    """Python's exit code as the interpreter gives it: 0, 1 for an uncaught
+    exception, n for SystemExit(n); clients decide success from it."""
+    r = cage.run([PY, "-c", code])
+    assert r["status"] == status and r["exit_code"] == exit_code and r["signal"] is None
+    assert r["stdout"] == stdout and r["stderr"].endswith(stderr)
+
+
 def test_json_signal(cage):
     r = cage.sh("kill -KILL $$")
     assert r["status"] == "error" and r["signal"] == 9 and r["exit_code"] is None
