@@ -243,3 +243,82 @@ def test_sandbox_count_quota_is_429(tmp_path):
         assert r.headers["Retry-After"]
     finally:
         s.stop()
+
+
+# --- MCP ------------------------------------------------------------------------
+
+MCP_INIT = {"protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "pytest", "version": "1"}}
+
+
+def mcp_call(server, token, tool, arguments):
+    """One MCP tools/call over the server's /mcp (Unix socket, a fresh MCP
+    session) as the tenant of token; the call's result."""
+    hdrs = {"Accept": "application/json, text/event-stream"}
+    r = server.request("POST", "/mcp", {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                                        "params": MCP_INIT}, token=token, headers=hdrs)
+    assert r.status == 200, r.body
+    hdrs = {"Accept": "application/json", "Mcp-Session-Id": r.headers["Mcp-Session-Id"],
+            "MCP-Protocol-Version": MCP_INIT["protocolVersion"]}
+    r = server.request("POST", "/mcp", {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                       token=token, headers=hdrs)
+    assert r.status in (200, 202), r.body
+    r = server.request("POST", "/mcp", {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                                        "params": {"name": tool, "arguments": arguments}},
+                       token=token, headers=hdrs)
+    assert r.status == 200, r.body
+    doc = r.json
+    assert "result" in doc, doc
+    return doc["result"]
+
+
+def result_text(result):
+    return "\n".join(c.get("text", "") for c in result["content"])
+
+
+def hold_a_call(server, name, token):
+    """An exec in sandbox `name` that runs until release() is called: it
+    holds one of the tenant's `runs` for as long as the test needs,
+    whatever the machine's speed. Returns release, which waits for the
+    exec's answer and returns it."""
+    t, out = exec_in_thread(server, name,
+                            "while [ ! -e /workspace/go ]; do sleep 0.05; done; echo released",
+                            token)
+    deadline = time.monotonic() + 60
+    while value(parse_metrics(scrape(server)), "codecage_tenant_runs_in_flight",
+                tenant=server_tenant(token)) != 1:
+        assert time.monotonic() < deadline, "the held exec never started"
+        time.sleep(0.05)
+
+    def release():
+        r = server.request("PUT", f"/v1/sandboxes/{name}/files/go", b"", token=token)
+        assert r.status in (200, 201, 204), r.body
+        t.join()
+        return out["r"]
+    return release
+
+
+def server_tenant(token):
+    return {OPS: "ops", ALICE: "alice", BOB: "bob"}[token]
+
+
+def test_mcp_tool_call_over_a_quota_is_a_tool_error_naming_it(server):
+    server.ok("POST", "/v1/sandboxes", {"name": "mq"}, token=BOB)
+    release = hold_a_call(server, "mq", BOB)
+    try:
+        res = mcp_call(server, BOB, "run_shell", {"command": "echo should-not-run"})
+        assert res.get("isError") is True, res
+        text = result_text(res)
+        assert "over a quota" in text, text
+        assert 'quota runs: tenant "bob" may have at most 1 calls running at once' in text, text
+        assert "should-not-run" not in text
+        # The same tool for a tenant without that quota runs.
+        res = mcp_call(server, ALICE, "run_shell", {"command": "echo ran"})
+        assert res.get("isError") is not True and "ran" in result_text(res), res
+    finally:
+        r = release()
+    assert r.status == 200 and r.json["stdout"] == "released\n", r.body
+    # With the call ended the quota has room again, over MCP too.
+    res = mcp_call(server, BOB, "run_shell", {"command": "echo again"})
+    assert res.get("isError") is not True and "again" in result_text(res), res
+    server.ok("DELETE", "/v1/sandboxes/mq", token=BOB)
