@@ -1,13 +1,15 @@
 """What an operator relies on (docs/OPERATIONS.md): /metrics in the
 Prometheus text format (checked by promtool) and what its numbers say,
 who may read it (an operator's token, or the loopback metrics listener),
-/readyz with its reasons, and per-tenant quotas answered with 429 and
-Retry-After (and an MCP tool error naming the quota)."""
+/readyz with its reasons, per-tenant quotas answered with 429 and
+Retry-After (and an MCP tool error naming the quota), and quotas changed
+by a SIGHUP reload."""
 import http.client
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -322,3 +324,70 @@ def test_mcp_tool_call_over_a_quota_is_a_tool_error_naming_it(server):
     res = mcp_call(server, BOB, "run_shell", {"command": "echo again"})
     assert res.get("isError") is not True and "again" in result_text(res), res
     server.ok("DELETE", "/v1/sandboxes/mq", token=BOB)
+
+
+# --- reload -----------------------------------------------------------------------
+
+def reload_config(s, change):
+    """Rewrites the config with change(config) and sends SIGHUP; returns
+    once the server logged that it reloaded."""
+    config = json.loads(s.config_path.read_text())
+    change(config)
+    s.config_path.write_text(json.dumps(config))
+    done = s.log_text().count("codecage: reloaded")
+    s.proc.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 30
+    while s.log_text().count("codecage: reloaded") <= done:
+        assert "reload refused" not in s.log_text(), s.log_text()[-2000:]
+        assert time.monotonic() < deadline, s.log_text()[-2000:]
+        time.sleep(0.05)
+
+
+def set_alice_quotas(quotas):
+    def change(config):
+        for t in config["tenants"]:
+            if t["name"] == "alice":
+                t.pop("quotas", None)
+                if quotas is not None:
+                    t["quotas"] = quotas
+    return change
+
+
+def test_sighup_applies_a_tenants_new_quotas_and_keeps_what_runs(tmp_path):
+    s = Server(tmp_path, extra={"pool_size": 0,
+                                "tenants": [{"name": "ops", "token": OPS, "operator": True},
+                                            {"name": "alice", "token": ALICE}]})
+    try:
+        s.ok("POST", "/v1/sandboxes", {"name": "live"}, token=ALICE)
+        assert s.ok("POST", "/v1/sandboxes/live/python", {"code": "x = 41"},
+                    token=ALICE)["status"] == "ok"
+        s.ok("POST", "/v1/sandboxes", {"name": "hold"}, token=ALICE)
+        release = hold_a_call(s, "hold", ALICE)
+        try:
+            # No quota: a second call runs beside the held one.
+            assert s.ok("POST", "/v1/run", {"command": "true"}, token=ALICE)["status"] == "ok"
+            reload_config(s, set_alice_quotas({"runs": 1}))
+            r = s.request("POST", "/v1/run", {"command": "true"}, token=ALICE)
+            assert r.status == 429, r.body
+            assert r.headers["Retry-After"] == "1"
+            assert 'quota runs: tenant "alice" may have at most 1' in r.json["error"]["message"]
+            # Raised: room for one more beside the held call.
+            reload_config(s, set_alice_quotas({"runs": 2}))
+            assert s.ok("POST", "/v1/run", {"command": "true"}, token=ALICE)["status"] == "ok"
+            reload_config(s, set_alice_quotas({"runs": 1}))
+            assert s.request("POST", "/v1/run", {"command": "true"}, token=ALICE).status == 429
+            # Dropped: no quota at all.
+            reload_config(s, set_alice_quotas(None))
+            assert s.ok("POST", "/v1/run", {"command": "true"}, token=ALICE)["status"] == "ok"
+        finally:
+            r = release()
+        # The call that ran through four reloads ended normally ...
+        assert r.status == 200 and r.json["stdout"] == "released\n", r.body
+        # ... and the sandboxes and the session are the ones from before.
+        names = sorted(sb["name"] for sb in s.ok("GET", "/v1/sandboxes", token=ALICE)["sandboxes"])
+        assert names == ["hold", "live"]
+        res = s.ok("POST", "/v1/sandboxes/live/python", {"code": "x + 1"}, token=ALICE)
+        assert res["return_value"] == 42 and res["restarted"] is False, res
+        assert s.log_text().count("codecage: reloaded") == 4
+    finally:
+        s.stop()
