@@ -2,8 +2,9 @@
 Prometheus text format (checked by promtool) and what its numbers say,
 who may read it (an operator's token, or the loopback metrics listener),
 /readyz with its reasons, per-tenant quotas answered with 429 and
-Retry-After (and an MCP tool error naming the quota), and quotas changed
-by a SIGHUP reload."""
+Retry-After (and an MCP tool error naming the quota), quotas changed by a
+SIGHUP reload, and the server-wide launch gate (limits.launches_max)
+queueing a burst of cold runs."""
 import http.client
 import json
 import os
@@ -390,4 +391,58 @@ def test_sighup_applies_a_tenants_new_quotas_and_keeps_what_runs(tmp_path):
         assert res["return_value"] == 42 and res["restarted"] is False, res
         assert s.log_text().count("codecage: reloaded") == 4
     finally:
+        s.stop()
+
+
+# --- the launch gate ----------------------------------------------------------------
+
+def test_a_burst_of_cold_runs_queues_for_one_launch_slot(tmp_path):
+    """launches_max = 1 and no pool: every run is a launch. The burst is
+    sent while the server is stopped (SIGSTOP), so all of it is there when
+    it resumes; every run passes the gate one at a time and succeeds."""
+    burst = 6
+    s = Server(tmp_path, extra={"pool_size": 0,
+                                "tenants": [{"name": "ops", "token": OPS, "operator": True},
+                                            {"name": "alice", "token": ALICE}],
+                                "limits": {"max_body_bytes": 16 * 1024 * 1024,
+                                           "launches_max": 1}})
+    conns = []
+    try:
+        before = parse_metrics(scrape(s))
+        s.proc.send_signal(signal.SIGSTOP)
+        try:
+            for i in range(burst):
+                conn = s.connection(timeout=120)
+                conn.request("POST", "/v1/run",
+                             body=json.dumps({"command": f"echo run-{i}"}).encode(),
+                             headers={"Content-Type": "application/json",
+                                      "Authorization": f"Bearer {ALICE}"})
+                conns.append(conn)
+        finally:
+            s.proc.send_signal(signal.SIGCONT)
+        for i, conn in enumerate(conns):
+            resp = conn.getresponse()
+            body = resp.read()
+            assert resp.status == 200, body
+            doc = json.loads(body)
+            assert doc["status"] == "ok" and doc["stdout"] == f"run-{i}\n", doc
+        text = scrape(s)
+        promtool_check(text)
+        after = parse_metrics(text)
+
+        def grew(name, **labels):
+            return (value(after, name, **labels) or 0) - (value(before, name, **labels) or 0)
+
+        # Every run was a launch through the gate, and each waited its turn:
+        # with one slot, all but the first waited while another launched.
+        assert grew("codecage_launch_wait_seconds_count") == burst
+        assert grew("codecage_runs_total", kind="run_shell", status="ok") == burst
+        waited = burst - grew("codecage_launch_wait_seconds_bucket", le="0.005")
+        assert waited >= 1, text
+        assert value(after, "codecage_launches_running") == 0
+        assert value(after, "codecage_launches_waiting") == 0
+        assert grew("codecage_quota_refusals_total", quota="launch_queue") == 0
+    finally:
+        for conn in conns:
+            conn.close()
         s.stop()
