@@ -329,21 +329,6 @@ def test_mcp_tool_call_over_a_quota_is_a_tool_error_naming_it(server):
 
 # --- reload -----------------------------------------------------------------------
 
-def reload_config(s, change):
-    """Rewrites the config with change(config) and sends SIGHUP; returns
-    once the server logged that it reloaded."""
-    config = json.loads(s.config_path.read_text())
-    change(config)
-    s.config_path.write_text(json.dumps(config))
-    done = s.log_text().count("codecage: reloaded")
-    s.proc.send_signal(signal.SIGHUP)
-    deadline = time.monotonic() + 30
-    while s.log_text().count("codecage: reloaded") <= done:
-        assert "reload refused" not in s.log_text(), s.log_text()[-2000:]
-        assert time.monotonic() < deadline, s.log_text()[-2000:]
-        time.sleep(0.05)
-
-
 def set_alice_quotas(quotas):
     def change(config):
         for t in config["tenants"]:
@@ -367,18 +352,18 @@ def test_sighup_applies_a_tenants_new_quotas_and_keeps_what_runs(tmp_path):
         try:
             # No quota: a second call runs beside the held one.
             assert s.ok("POST", "/v1/run", {"command": "true"}, token=ALICE)["status"] == "ok"
-            reload_config(s, set_alice_quotas({"runs": 1}))
+            s.reload(set_alice_quotas({"runs": 1}))
             r = s.request("POST", "/v1/run", {"command": "true"}, token=ALICE)
             assert r.status == 429, r.body
             assert r.headers["Retry-After"] == "1"
             assert 'quota runs: tenant "alice" may have at most 1' in r.json["error"]["message"]
             # Raised: room for one more beside the held call.
-            reload_config(s, set_alice_quotas({"runs": 2}))
+            s.reload(set_alice_quotas({"runs": 2}))
             assert s.ok("POST", "/v1/run", {"command": "true"}, token=ALICE)["status"] == "ok"
-            reload_config(s, set_alice_quotas({"runs": 1}))
+            s.reload(set_alice_quotas({"runs": 1}))
             assert s.request("POST", "/v1/run", {"command": "true"}, token=ALICE).status == 429
             # Dropped: no quota at all.
-            reload_config(s, set_alice_quotas(None))
+            s.reload(set_alice_quotas(None))
             assert s.ok("POST", "/v1/run", {"command": "true"}, token=ALICE)["status"] == "ok"
         finally:
             r = release()
