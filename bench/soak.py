@@ -6,11 +6,15 @@
           /mcp), mixing one-shot shell and Python runs, named sandboxes
           with a Python session (created, used, removed: --sessions, default
           1000, over the run), workspace file writes read back, timeouts
-          and OOMs. Every answer is checked: a run echoes a random token, a
-          session returns what was set, a file reads back byte for byte, a
-          timeout says "timeout", an OOM "oom". Lost (no answer, 5xx) and
-          wrong answers must both be 0. The server's RSS, fds and threads
-          are sampled from /proc; after a warm-up (the first fifth) none may
+          and OOMs (over HTTP a one-shot run of 64 MiB, over MCP a 64 MiB
+          sandbox's session and an exec in it; each client of this phase
+          does every kind once first). Every answer is checked: a run
+          echoes a random token, a session returns what was set, a file
+          reads back byte for byte, a timeout says "timeout", an OOM "oom"
+          (and the session answers again after it). Lost (no answer, 5xx)
+          and wrong answers must both be 0, and all of the --sessions must
+          have been completed. The server's RSS, fds and threads are
+          sampled from /proc; after a warm-up (the first fifth) none may
           grow by more than 10%. At the end: no process, cgroup, mount or
           loop device of the server left.
   faults  --kills (default 100) SIGKILLs of the server at random moments
@@ -208,8 +212,9 @@ def token():
 
 
 class Client:
-    def __init__(self, server, over_mcp, n, session_budget, stats):
+    def __init__(self, server, over_mcp, n, session_budget, stats, every_kind_first=False):
         self.s = server
+        self.every_kind_first = every_kind_first
         self.mcp = Mcp(server.port) if over_mcp else None
         self.n = n
         self.session_budget = session_budget
@@ -295,20 +300,50 @@ class Client:
         if res.get("status") != "timeout":
             raise Wrong(f"timeout: {str(res)[:200]}")
 
+    OOM_CODE = "b = bytearray(512 << 20); b[::4096] = b'x' * len(b[::4096])"
+
     def oom(self):
-        code = "b = bytearray(512 << 20); b[::4096] = b'x' * len(b[::4096])"
-        body = {"code": code, "memory_mib": 64}
-        res = self.http("POST", "/v1/python", body)
+        if self.mcp:
+            return self.mcp_oom()
+        res = self.http("POST", "/v1/python", {"code": self.OOM_CODE, "memory_mib": 64})
         if res.get("status") != "oom":
             raise Wrong(f"oom: {str(res)[:200]}")
+
+    def mcp_oom(self):
+        """Over MCP (whose one-shot runs take no memory_mib): a sandbox of
+        64 MiB whose session, then an exec, runs out of memory; the
+        session must come back for the next call."""
+        call = self.mcp.call
+        name = f"soak-oom-{self.n}-{token()}"  # unique across the fault phase's rounds
+        res, err, _ = call("sandbox_create", {"name": name, "memory_mib": 64})
+        if err:
+            raise Lost(f"sandbox_create: {str(res)[:200]}")
+        res, _, _ = call("run_python", {"sandbox": name, "code": self.OOM_CODE})
+        if res.get("status") != "oom" or res.get("state_lost") is not True:
+            raise Wrong(f"mcp session oom: {str(res)[:200]}")
+        a = self.rng.randint(1, 10**6)
+        res, err, _ = call("run_python", {"sandbox": name, "code": f"{a} + 1"})
+        if err or res.get("return_value") != a + 1:
+            raise Wrong(f"mcp session after oom: {str(res)[:200]}")
+        res, _, _ = call("run_shell", {"sandbox": name,
+                                       "command": f'python3 -c "{self.OOM_CODE}"'})
+        if res.get("status") != "oom":
+            raise Wrong(f"mcp exec oom: {str(res)[:200]}")
+        res, err, _ = call("sandbox_remove", {"name": name})
+        if err:
+            raise Lost(f"sandbox_remove: {str(res)[:200]}")
 
     def one(self):
         self.count += 1
         ops = [(self.oneshot_shell, 30), (self.oneshot_python, 30), (self.timeout, 3),
                (self.oom, 3)]
         fns, weights = zip(*ops)
-        # A session lifecycle whenever the budget has one due, else a mix.
-        if self.rng.random() < 0.5 and self.session_budget.take():
+        if self.every_kind_first and self.count <= len(fns):
+            # Each kind once first, so even a short run has every kind
+            # over both transports.
+            fn = fns[self.count - 1]
+        elif self.rng.random() < 0.5 and self.session_budget.take():
+            # A session lifecycle whenever the budget has one due, else a mix.
             fn = self.session_lifecycle
         else:
             fn = self.rng.choices(fns, weights)[0]
@@ -316,6 +351,7 @@ class Client:
             fn()
             self.stats.add("ok", 1)
             self.stats.add(fn.__name__, 1)
+            self.stats.add(f"{fn.__name__}/{'mcp' if self.mcp else 'http'}", 1)
         except Wrong as e:
             self.stats.fail("wrong", e)
         except (Lost, OSError, ValueError, KeyError) as e:
@@ -395,13 +431,14 @@ def wait_no_leftovers(server, timeout=10):
 
 # ---- the phases ------------------------------------------------------------
 
-def run_clients(server, clients, duration, sessions, stats, stop, sample=None):
+def run_clients(server, clients, duration, sessions, stats, stop, sample=None,
+                every_kind_first=False):
     budget = Budget(sessions, duration)
     threads = []
 
     def loop(i):
         try:
-            c = Client(server, i % 2 == 1, i, budget, stats)
+            c = Client(server, i % 2 == 1, i, budget, stats, every_kind_first)
         except (Lost, OSError) as e:
             stats.fail("lost", e)
             return
@@ -433,7 +470,8 @@ def load_phase(base, build, duration, clients, sessions):
         if int(t) % 5 == 0:
             samples.append((t, *server.usage()))
 
-    taken = run_clients(server, clients, duration, sessions, stats, threading.Event(), sample)
+    taken = run_clients(server, clients, duration, sessions, stats, threading.Event(), sample,
+                        every_kind_first=True)
     # Growth: the mean of the last fifth against the mean of the fifth after warm-up.
     warm = [s for s in samples if duration * 0.2 <= s[0] < duration * 0.4]
     last = [s for s in samples if s[0] >= duration * 0.8]
@@ -446,7 +484,8 @@ def load_phase(base, build, duration, clients, sessions):
     rc = server.stop()
     left = wait_no_leftovers(server)
     return {"duration_s": duration, "clients": clients, "calls": stats.counts,
-            "sessions_done": stats.counts.get("sessions", 0), "sessions_started": taken,
+            "sessions_requested": sessions, "sessions_done": stats.counts.get("sessions", 0),
+            "sessions_started": taken,
             "lost": stats.counts.get("lost", 0), "wrong": stats.counts.get("wrong", 0),
             "failures": stats.failures, "usage": growth, "exit_code": rc, "leftovers": left}
 
@@ -518,6 +557,9 @@ def verdict(load, faults):
     if load:
         if load["lost"] or load["wrong"]:
             problems.append(f"load: {load['lost']} lost, {load['wrong']} wrong")
+        if load["sessions_done"] < load["sessions_requested"]:
+            problems.append(f"load: {load['sessions_done']} of {load['sessions_requested']} "
+                            f"sessions completed")
         for what, g in load["usage"].items():
             if g["growth"] > 0.10:
                 problems.append(f"load: {what} grew {g['growth']:.1%}")

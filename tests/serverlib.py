@@ -1,6 +1,6 @@
 """A `codecage serve` process for tests: its own config, data directory,
-Unix socket and TCP port, with helpers to call the HTTP API, restart the
-server and kill it with SIGKILL."""
+Unix socket and TCP port, with helpers to call the HTTP API, reload its
+config (SIGHUP), restart the server and kill it with SIGKILL."""
 import http.client
 import json
 import os
@@ -139,6 +139,22 @@ class Server:
         if not self.audit_path.exists():
             return []
         return [json.loads(line) for line in self.audit_path.read_text().splitlines()]
+
+    def reload(self, change):
+        """Rewrites the config file with change(config) (a dict changed in
+        place) and sends SIGHUP; returns once the server logged that it
+        reloaded (fails if it refused the file)."""
+        config = json.loads(self.config_path.read_text())
+        change(config)
+        self.config_path.write_text(json.dumps(config))
+        done = self.log_text().count("codecage: reloaded")
+        refused = self.log_text().count("reload refused")
+        self.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 30
+        while self.log_text().count("codecage: reloaded") <= done:
+            assert self.log_text().count("reload refused") == refused, self.log_text()[-2000:]
+            assert time.monotonic() < deadline, self.log_text()[-2000:]
+            time.sleep(0.05)
 
     def kill9(self):
         self.proc.send_signal(signal.SIGKILL)

@@ -1,8 +1,8 @@
 """Network egress of sandboxes (the contract in docs/NETWORK.md): the proxy
 codecage serves at 127.0.0.1:3128 inside each sandbox's network namespace,
 the allowlists (the server's network.allow, narrowed by a sandbox's
-`network`), the address checks, limits, audit records, and `files` by URL
-downloaded by the server.
+`network`, and changed by a SIGHUP reload), the address checks, limits,
+audit records, and `files` by URL downloaded by the server.
 
 All traffic stays on 127.0.0.x: the server runs with its own /etc/hosts
 (tests/netlib.py) that sends allowed.test & co. to local origin servers,
@@ -539,6 +539,50 @@ def test_the_proxy_survives_a_server_restart(world, tmp_path):
         s.start()
         r = s.ok("POST", "/v1/sandboxes/keep/exec", {"script": curl(world.http.url("allowed.test"))})
         assert r["stdout"] == "200\nrc=0\nhello from http-origin", r
+    finally:
+        s.stop()
+
+
+def test_a_reload_changes_the_allowlist_of_new_sandboxes(world, tmp_path):
+    """network.allow changed by SIGHUP: a host allowed before is refused to
+    new sandboxes after, one added is allowed; a sandbox that was running
+    stays, with the allowlist it started with (docs/OPERATIONS.md)."""
+    before, added = f"allowed.test:{world.P}", f"other.test:{world.P}"
+    s = world.server(tmp_path, allow=[before])
+    try:
+        m = marker()
+        r = sh(s, curl(world.http.url("allowed.test", f"/hello?{m}")), network=[before])
+        assert r["stdout"] == "200\nrc=0\nhello from http-origin", r
+        assert len(world.http.matching(m)) == 1
+        r = s.request("POST", "/v1/run", {"command": "true", "network": [added]})
+        assert r.status == 403 and added in r.json["error"]["message"], (r.status, r.body)
+        s.ok("POST", "/v1/sandboxes", {"name": "kept", "network": [before]})
+
+        def allow_only(entry):
+            def change(config):
+                config["network"]["allow"] = [entry]
+            return change
+        s.reload(allow_only(added))
+
+        for route, body in (("/v1/run", {"command": "true"}), ("/v1/python", {"code": "1"}),
+                            ("/v1/sandboxes", {"name": "refused"})):
+            r = s.request("POST", route, dict(body, network=[before]))
+            assert r.status == 403, (route, r.status, r.body)
+            assert r.json["error"]["code"] == "forbidden", r.body
+            assert before in r.json["error"]["message"], r.body
+        m = marker()
+        r = sh(s, curl(world.http.url("other.test", f"/hello?{m}")), network=[added])
+        assert r["stdout"] == "200\nrc=0\nhello from http-origin", r
+        assert world.http.hosts_for(m) == ["other.test"]
+        # The running sandbox was not touched by the reload.
+        names = [sb["name"] for sb in s.ok("GET", "/v1/sandboxes")["sandboxes"]]
+        assert names == ["kept"], names
+        m = marker()
+        r = s.ok("POST", "/v1/sandboxes/kept/exec",
+                 {"script": curl(world.http.url("allowed.test", f"/hello?{m}"))})
+        assert r["stdout"] == "200\nrc=0\nhello from http-origin", r
+        assert r["restarted"] is False
+        assert len(world.http.matching(m)) == 1
     finally:
         s.stop()
 

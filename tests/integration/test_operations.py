@@ -1,13 +1,16 @@
 """What an operator relies on (docs/OPERATIONS.md): /metrics in the
 Prometheus text format (checked by promtool) and what its numbers say,
 who may read it (an operator's token, or the loopback metrics listener),
-/readyz with its reasons, and per-tenant quotas answered with 429 and
-Retry-After (and an MCP tool error naming the quota)."""
+/readyz with its reasons, per-tenant quotas answered with 429 and
+Retry-After (and an MCP tool error naming the quota), quotas changed by a
+SIGHUP reload, and the server-wide launch gate (limits.launches_max)
+queueing a burst of cold runs."""
 import http.client
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -242,4 +245,189 @@ def test_sandbox_count_quota_is_429(tmp_path):
         assert r.status == 429 and "quota sandboxes" in r.json["error"]["message"], r.body
         assert r.headers["Retry-After"]
     finally:
+        s.stop()
+
+
+# --- MCP ------------------------------------------------------------------------
+
+MCP_INIT = {"protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "pytest", "version": "1"}}
+
+
+def mcp_call(server, token, tool, arguments):
+    """One MCP tools/call over the server's /mcp (Unix socket, a fresh MCP
+    session) as the tenant of token; the call's result."""
+    hdrs = {"Accept": "application/json, text/event-stream"}
+    r = server.request("POST", "/mcp", {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                                        "params": MCP_INIT}, token=token, headers=hdrs)
+    assert r.status == 200, r.body
+    hdrs = {"Accept": "application/json", "Mcp-Session-Id": r.headers["Mcp-Session-Id"],
+            "MCP-Protocol-Version": MCP_INIT["protocolVersion"]}
+    r = server.request("POST", "/mcp", {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                       token=token, headers=hdrs)
+    assert r.status in (200, 202), r.body
+    r = server.request("POST", "/mcp", {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                                        "params": {"name": tool, "arguments": arguments}},
+                       token=token, headers=hdrs)
+    assert r.status == 200, r.body
+    doc = r.json
+    assert "result" in doc, doc
+    return doc["result"]
+
+
+def result_text(result):
+    return "\n".join(c.get("text", "") for c in result["content"])
+
+
+def hold_a_call(server, name, token):
+    """An exec in sandbox `name` that runs until release() is called: it
+    holds one of the tenant's `runs` for as long as the test needs,
+    whatever the machine's speed. Returns release, which waits for the
+    exec's answer and returns it."""
+    t, out = exec_in_thread(server, name,
+                            "while [ ! -e /workspace/go ]; do sleep 0.05; done; echo released",
+                            token)
+    deadline = time.monotonic() + 60
+    while value(parse_metrics(scrape(server)), "codecage_tenant_runs_in_flight",
+                tenant=server_tenant(token)) != 1:
+        assert time.monotonic() < deadline, "the held exec never started"
+        time.sleep(0.05)
+
+    def release():
+        r = server.request("PUT", f"/v1/sandboxes/{name}/files/go", b"", token=token)
+        assert r.status in (200, 201, 204), r.body
+        t.join()
+        return out["r"]
+    return release
+
+
+def server_tenant(token):
+    return {OPS: "ops", ALICE: "alice", BOB: "bob"}[token]
+
+
+def test_mcp_tool_call_over_a_quota_is_a_tool_error_naming_it(server):
+    server.ok("POST", "/v1/sandboxes", {"name": "mq"}, token=BOB)
+    release = hold_a_call(server, "mq", BOB)
+    try:
+        res = mcp_call(server, BOB, "run_shell", {"command": "echo should-not-run"})
+        assert res.get("isError") is True, res
+        text = result_text(res)
+        assert "over a quota" in text, text
+        assert 'quota runs: tenant "bob" may have at most 1 calls running at once' in text, text
+        assert "should-not-run" not in text
+        # The same tool for a tenant without that quota runs.
+        res = mcp_call(server, ALICE, "run_shell", {"command": "echo ran"})
+        assert res.get("isError") is not True and "ran" in result_text(res), res
+    finally:
+        r = release()
+    assert r.status == 200 and r.json["stdout"] == "released\n", r.body
+    # With the call ended the quota has room again, over MCP too.
+    res = mcp_call(server, BOB, "run_shell", {"command": "echo again"})
+    assert res.get("isError") is not True and "again" in result_text(res), res
+    server.ok("DELETE", "/v1/sandboxes/mq", token=BOB)
+
+
+# --- reload -----------------------------------------------------------------------
+
+def set_alice_quotas(quotas):
+    def change(config):
+        for t in config["tenants"]:
+            if t["name"] == "alice":
+                t.pop("quotas", None)
+                if quotas is not None:
+                    t["quotas"] = quotas
+    return change
+
+
+def test_sighup_applies_a_tenants_new_quotas_and_keeps_what_runs(tmp_path):
+    s = Server(tmp_path, extra={"pool_size": 0,
+                                "tenants": [{"name": "ops", "token": OPS, "operator": True},
+                                            {"name": "alice", "token": ALICE}]})
+    try:
+        s.ok("POST", "/v1/sandboxes", {"name": "live"}, token=ALICE)
+        assert s.ok("POST", "/v1/sandboxes/live/python", {"code": "x = 41"},
+                    token=ALICE)["status"] == "ok"
+        s.ok("POST", "/v1/sandboxes", {"name": "hold"}, token=ALICE)
+        release = hold_a_call(s, "hold", ALICE)
+        try:
+            # No quota: a second call runs beside the held one.
+            assert s.ok("POST", "/v1/run", {"command": "true"}, token=ALICE)["status"] == "ok"
+            s.reload(set_alice_quotas({"runs": 1}))
+            r = s.request("POST", "/v1/run", {"command": "true"}, token=ALICE)
+            assert r.status == 429, r.body
+            assert r.headers["Retry-After"] == "1"
+            assert 'quota runs: tenant "alice" may have at most 1' in r.json["error"]["message"]
+            # Raised: room for one more beside the held call.
+            s.reload(set_alice_quotas({"runs": 2}))
+            assert s.ok("POST", "/v1/run", {"command": "true"}, token=ALICE)["status"] == "ok"
+            s.reload(set_alice_quotas({"runs": 1}))
+            assert s.request("POST", "/v1/run", {"command": "true"}, token=ALICE).status == 429
+            # Dropped: no quota at all.
+            s.reload(set_alice_quotas(None))
+            assert s.ok("POST", "/v1/run", {"command": "true"}, token=ALICE)["status"] == "ok"
+        finally:
+            r = release()
+        # The call that ran through four reloads ended normally ...
+        assert r.status == 200 and r.json["stdout"] == "released\n", r.body
+        # ... and the sandboxes and the session are the ones from before.
+        names = sorted(sb["name"] for sb in s.ok("GET", "/v1/sandboxes", token=ALICE)["sandboxes"])
+        assert names == ["hold", "live"]
+        res = s.ok("POST", "/v1/sandboxes/live/python", {"code": "x + 1"}, token=ALICE)
+        assert res["return_value"] == 42 and res["restarted"] is False, res
+        assert s.log_text().count("codecage: reloaded") == 4
+    finally:
+        s.stop()
+
+
+# --- the launch gate ----------------------------------------------------------------
+
+def test_a_burst_of_cold_runs_queues_for_one_launch_slot(tmp_path):
+    """launches_max = 1 and no pool: every run is a launch. The burst is
+    sent while the server is stopped (SIGSTOP), so all of it is there when
+    it resumes; every run passes the gate one at a time and succeeds."""
+    burst = 6
+    s = Server(tmp_path, extra={"pool_size": 0,
+                                "tenants": [{"name": "ops", "token": OPS, "operator": True},
+                                            {"name": "alice", "token": ALICE}],
+                                "limits": {"max_body_bytes": 16 * 1024 * 1024,
+                                           "launches_max": 1}})
+    conns = []
+    try:
+        before = parse_metrics(scrape(s))
+        s.proc.send_signal(signal.SIGSTOP)
+        try:
+            for i in range(burst):
+                conn = s.connection(timeout=120)
+                conn.request("POST", "/v1/run",
+                             body=json.dumps({"command": f"echo run-{i}"}).encode(),
+                             headers={"Content-Type": "application/json",
+                                      "Authorization": f"Bearer {ALICE}"})
+                conns.append(conn)
+        finally:
+            s.proc.send_signal(signal.SIGCONT)
+        for i, conn in enumerate(conns):
+            resp = conn.getresponse()
+            body = resp.read()
+            assert resp.status == 200, body
+            doc = json.loads(body)
+            assert doc["status"] == "ok" and doc["stdout"] == f"run-{i}\n", doc
+        text = scrape(s)
+        promtool_check(text)
+        after = parse_metrics(text)
+
+        def grew(name, **labels):
+            return (value(after, name, **labels) or 0) - (value(before, name, **labels) or 0)
+
+        # Every run was a launch through the gate, and each waited its turn:
+        # with one slot, all but the first waited while another launched.
+        assert grew("codecage_launch_wait_seconds_count") == burst
+        assert grew("codecage_runs_total", kind="run_shell", status="ok") == burst
+        waited = burst - grew("codecage_launch_wait_seconds_bucket", le="0.005")
+        assert waited >= 1, text
+        assert value(after, "codecage_launches_running") == 0
+        assert value(after, "codecage_launches_waiting") == 0
+        assert grew("codecage_quota_refusals_total", quota="launch_queue") == 0
+    finally:
+        for conn in conns:
+            conn.close()
         s.stop()
