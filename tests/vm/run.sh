@@ -65,7 +65,7 @@ CACHE=${CODECAGE_VM_CACHE:-/var/tmp/codecage-vm}
 # not answer for minutes).
 IMAGE_TIMEOUT=${CODECAGE_VM_IMAGE_TIMEOUT:-1800}
 # The KVM probe's bound: a KVM guest reaches the probe's panic in well under
-# a second of guest time, TCG in 2 to 4 s of guest time and 6 to 13 s of wall
+# a second of guest time, TCG in 2 to 4 s of guest time and 6 to 16 s of wall
 # time on a busy 2-core host; a KVM guest that hangs (no usable nested
 # virtualisation) costs this much.
 KVM_PROBE_TIMEOUT=${CODECAGE_VM_KVM_PROBE_TIMEOUT:-5}
