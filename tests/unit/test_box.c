@@ -179,9 +179,16 @@ static void *concurrent_exec(void *p)
         snprintf(script, sizeof(script), "sleep 0.2; echo %d", a->n);
         snprintf(want, sizeof(want), "%d\n", a->n);
         struct outcome o;
-        sh(a->box, script, 5000, &o);
+        /* Eight at once on a loaded or emulated host took more than 5 s of
+         * wall time each; the bound is only for a hang. */
+        sh(a->box, script, 60000, &o);
         a->ok = o.r == 0 && o.res.status == CAGE_STATUS_OK && o.res.out.data &&
                 strcmp(o.res.out.data, want) == 0;
+        if (o.r == 0 && !a->ok)
+                fprintf(stderr, "  exec %d: %s (%s) after %llu ms, stdout \"%s\"\n", a->n,
+                        cage_status_to_string(o.res.status), o.res.reason,
+                        (unsigned long long)o.res.duration_ms,
+                        o.res.out.data ? o.res.out.data : "");
         cage_result_free(&o.res);
         return NULL;
 }

@@ -62,12 +62,13 @@ echo "codecage-vm: /tmp is $(stat -f -c %T /tmp)"
 
 
 # The chosen subset (see docs/TESTING.md): everything that touches limits,
-# OOM, timeouts, kill, teardown, sessions, the pool, doctor, and the whole
-# security suite.
+# OOM, timeouts, kill, teardown, sessions, the pool and its zygote, doctor,
+# and the whole security suite.
 ROOT_TESTS="tests/integration/test_run.py tests/integration/test_oom.py
         tests/integration/test_cli_sandbox.py tests/integration/test_crash_teardown.py
         tests/integration/test_doctor.py tests/integration/test_service.py
-        tests/integration/test_tenancy.py tests/security"
+        tests/integration/test_tenancy.py tests/integration/test_zygote.py
+        tests/integration/test_api_python.py tests/security"
 USER_TESTS="tests/integration/test_run.py tests/integration/test_cli_sandbox.py
         tests/integration/test_doctor.py tests/security"
 PYTEST="python3 -m pytest -q -p no:cacheprovider -c tests/pytest.ini --rootdir tests"

@@ -16,8 +16,10 @@
 # Debian mirror out of reach while building the image) says why and closes
 # with "0 passed, 1 failed": it never passes for a skip.
 #
-# Usage: tests/vm/run.sh [--smp N] [--mem MIB] [--kvm] [--timeout SECONDS]
+# Usage: tests/vm/run.sh [--smp N] [--mem MIB] [--kvm|--tcg] [--timeout SECONDS]
 #        [--only root|user] [--tmpfs-tmp] [-- PYTEST-ARGS...]
+# The accelerator is KVM when a probe boots a KVM guest here (kvm_probe),
+# else TCG (emulation); --kvm and --tcg force one.
 # PYTEST-ARGS replace the default selection of test files (guest.sh);
 # --tmpfs-tmp mounts a tmpfs on the guest's /tmp (as Debian 13 and Fedora
 # do) instead of leaving it on the root filesystem (as Debian 12 does).
@@ -28,7 +30,7 @@ ROOT=$PWD
 smp=${CODECAGE_VM_SMP:-2}
 mem=${CODECAGE_VM_MEM:-2560}
 timeout_s=${CODECAGE_VM_TIMEOUT:-4800}
-accel=tcg
+accel=auto
 only=all
 tmp=disk
 while (($#)); do
@@ -37,10 +39,11 @@ while (($#)); do
         --mem) mem=$2; shift 2 ;;
         --timeout) timeout_s=$2; shift 2 ;;
         --kvm) accel=kvm; shift ;;
+        --tcg) accel=tcg; shift ;;
         --only) only=$2; shift 2 ;;
         --tmpfs-tmp) tmp=tmpfs; shift ;;
         --) shift; break ;;
-        *) echo "usage: $0 [--smp N] [--mem MIB] [--kvm] [--timeout S] [--only root|user] [--tmpfs-tmp] [-- PYTEST-ARGS]" >&2
+        *) echo "usage: $0 [--smp N] [--mem MIB] [--kvm|--tcg] [--timeout S] [--only root|user] [--tmpfs-tmp] [-- PYTEST-ARGS]" >&2
            exit 2 ;;
         esac
 done
@@ -61,6 +64,13 @@ CACHE=${CODECAGE_VM_CACHE:-/var/tmp/codecage-vm}
 # Building the image: mmdebstrap, bounded (apt retries a mirror that does
 # not answer for minutes).
 IMAGE_TIMEOUT=${CODECAGE_VM_IMAGE_TIMEOUT:-1800}
+# The KVM probe's bound: a KVM guest reaches the probe's panic in well under
+# a second of guest time, TCG in 2 to 4 s of guest time and 6 to 16 s of wall
+# time on a busy 2-core host; a KVM guest that hangs (no usable nested
+# virtualisation) costs this much.
+KVM_PROBE_TIMEOUT=${CODECAGE_VM_KVM_PROBE_TIMEOUT:-5}
+# The machine both the probe and the run boot, after -machine q35,accel=...
+MACHINE=(-cpu max -smp "$smp")
 
 # Ends the suite without running it: the reason, then the closing line.
 give_up() {
@@ -111,6 +121,70 @@ build_image() {
 }
 [ -f "$image/root.img" ] || build_image
 
+# Whether a KVM guest boots here: /dev/kvm opens read-write, and the run's
+# kernel on the run's machine (CPU model, vCPUs), given no root disk, reaches
+# its "VFS: Unable to mount root fs" panic, which panic=-1 turns into a
+# reboot and -no-reboot into QEMU's exit, within KVM_PROBE_TIMEOUT seconds.
+# Sets probe_result to what it saw. A QEMU still running at the bound (or
+# when this script exits) is killed.
+probe_pid=
+kill_probe() {
+        [ -n "$probe_pid" ] || return 0
+        kill -TERM "$probe_pid" 2>/dev/null || true
+        local tries=10 # a second for it to go on SIGTERM
+        while ((tries--)) && kill -0 "$probe_pid" 2>/dev/null; do
+                sleep 0.1
+        done
+        kill -KILL "$probe_pid" 2>/dev/null || true
+        wait "$probe_pid" 2>/dev/null || true
+        probe_pid=
+}
+kvm_probe() {
+        if ! (exec 3<>/dev/kvm) 2>/dev/null; then
+                probe_result="/dev/kvm does not open read-write"
+                return 1
+        fi
+        local plog t0 ms status=0 booted=1 marker="VFS: Unable to mount root fs"
+        plog=$(mktemp)
+        trap 'kill_probe; rm -f "$plog" "$plog.err"' EXIT
+        t0=$(date +%s%N)
+        qemu-system-x86_64 -machine q35,accel=kvm "${MACHINE[@]}" -m 256 -display none \
+                -no-reboot -monitor none -serial file:"$plog" -nic none \
+                -kernel "$image/vmlinuz" -append "console=ttyS0 quiet loglevel=3 panic=-1" \
+                </dev/null >"$plog.err" 2>&1 &
+        probe_pid=$!
+        while kill -0 "$probe_pid" 2>/dev/null && ! grep -qa "$marker" "$plog" &&
+                (($(date +%s%N) - t0 < KVM_PROBE_TIMEOUT * 1000000000)); do
+                sleep 0.05
+        done
+        ms=$((($(date +%s%N) - t0) / 1000000))
+        grep -qa "$marker" "$plog" || booted=0
+        if ((booted)); then
+                probe_result="a KVM guest reached its root-mount panic in $ms ms"
+        elif kill -0 "$probe_pid" 2>/dev/null; then
+                probe_result="a KVM guest did not reach its root-mount panic within $KVM_PROBE_TIMEOUT s (killed)"
+        else
+                wait "$probe_pid" 2>/dev/null || status=$?
+                probe_pid=
+                probe_result="QEMU with KVM exited with status $status after $ms ms: $(tail -n 2 "$plog.err" | paste -sd ' ')"
+        fi
+        kill_probe
+        rm -f "$plog" "$plog.err"
+        trap - EXIT
+        ((booted))
+}
+case $accel in
+auto)
+        if kvm_probe 2>/dev/null; then # (not bash's notice of an aborted QEMU)
+                accel=kvm
+        else
+                accel=tcg
+        fi
+        echo "codecage-vm: accelerator $accel: $probe_result" >&2
+        ;;
+*) echo "codecage-vm: accelerator $accel: forced by --$accel" >&2 ;;
+esac
+
 # The work disk: this tree's tests and builds, mounted at the same path in
 # the guest (meson's build files hold absolute paths).
 stage=$(mktemp -d /var/tmp/codecage-vm-work.XXXXXX)
@@ -131,8 +205,8 @@ trap 'rm -rf "$stage" "$stage.img" "$log"' EXIT
 start=$(date +%s)
 echo "codecage-vm: booting $(basename "$image"/vmlinuz) ($accel, $smp vCPU, $mem MiB)" >&2
 set +e
-timeout --foreground "$timeout_s" qemu-system-x86_64 -machine q35,accel="$accel" -cpu max \
-        -smp "$smp" -m "$mem" -nographic -no-reboot -monitor none -serial stdio \
+timeout --foreground "$timeout_s" qemu-system-x86_64 -machine q35,accel="$accel" "${MACHINE[@]}" \
+        -m "$mem" -nographic -no-reboot -monitor none -serial stdio \
         -kernel "$image/vmlinuz" -initrd "$image/initrd" -append "$cmdline" \
         -drive file="$image/root.img",if=virtio,format=raw,snapshot=on \
         -drive file="$stage.img",if=virtio,format=raw \
