@@ -114,6 +114,7 @@ build_image() {
         rm -rf "$tmp/root"
         rm -rf "$image"
         mv "$tmp" "$image"
+        trap - EXIT # $tmp is gone; outside this function the name means something else
         echo "codecage-vm: image built in $((SECONDS - t0)) s" >&2
         # Images of other keys are stale: 4 GiB each (sparse), never used again.
         find "$CACHE" -mindepth 1 -maxdepth 1 -name 'rootfs-*' ! -path "$image" \
