@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -357,9 +358,28 @@ static int own_v2_cgroup(char *buf, size_t size)
         return -ENOENT;
 }
 
-/* Moves us into <own>/supervisor so <own> has no processes of its own and
- * may enable controllers for its children. */
-static int enter_supervisor_leaf(const char *own, struct cage_error *err)
+/* The rest of <own>'s processes into the leaf as well (for a service's
+ * group: the reaper we started before), ids that are gone skipped. */
+static int move_rest_into_leaf(const char *own, const char *leaf_procs)
+{
+        char procs[512], data[4096];
+        int r = join_path(procs, sizeof(procs), own, "cgroup.procs");
+        ssize_t n = r < 0 ? r : read_file_at(AT_FDCWD, procs, data, sizeof(data));
+        if (n < 0)
+                return (int)n;
+        char *save = NULL;
+        for (char *pid = strtok_r(data, "\n", &save); pid; pid = strtok_r(NULL, "\n", &save)) {
+                r = write_file_at(AT_FDCWD, leaf_procs, pid);
+                if (r < 0 && r != -ESRCH)
+                        return r;
+        }
+        return 0;
+}
+
+/* Moves us (with whole_group, every process of <own>) into <own>/supervisor
+ * so <own> has no processes of its own and may enable controllers for its
+ * children. */
+static int enter_supervisor_leaf(const char *own, bool whole_group, struct cage_error *err)
 {
         char leaf[512], procs[512], pid[32];
         int r = join_path(leaf, sizeof(leaf), own, SUPERVISOR_NAME);
@@ -372,6 +392,8 @@ static int enter_supervisor_leaf(const char *own, struct cage_error *err)
                 return cage_fail(err, r, "mkdir %s", leaf);
         snprintf(pid, sizeof(pid), "%d", (int)getpid());
         r = write_file_at(AT_FDCWD, procs, pid);
+        if (r == 0 && whole_group)
+                r = move_rest_into_leaf(own, procs);
         if (r < 0)
                 return cage_fail(err, r, "move supervisor into %s", leaf);
         return 0;
@@ -388,8 +410,26 @@ static bool v2_dir_writable(const char *dir)
                access(path, W_OK) == 0;
 }
 
-/* Non-root without CODECAGE_CGROUP_PARENT: our own cgroup, if delegated to
- * us, becomes the parent; we move into its "supervisor" leaf first. */
+/* Root in a group its service manager handed to it: systemd marks the
+ * group of a unit with Delegate=yes with the trusted.delegate xattr (which
+ * only CAP_SYS_ADMIN can set). */
+static bool own_v2_delegated(const char *mount)
+{
+        char rel[256], path[512], v[2];
+        if (own_v2_cgroup(rel, sizeof(rel)) < 0)
+                return false;
+        char *slash = strrchr(rel, '/');
+        if (slash && slash != rel && strcmp(slash + 1, SUPERVISOR_NAME) == 0)
+                *slash = '\0'; /* already moved by an earlier detection */
+        int n = snprintf(path, sizeof(path), "%s%s", mount, rel);
+        if (strcmp(rel, "/") == 0 || n < 0 || (size_t)n >= sizeof(path))
+                return false;
+        return getxattr(path, "trusted.delegate", v, sizeof(v)) == 1 && v[0] == '1';
+}
+
+/* Non-root without CODECAGE_CGROUP_PARENT, or root in a delegated group:
+ * our own cgroup becomes the parent; we move into its "supervisor" leaf
+ * first (root, owning the whole group, with every process in it). */
 static int v2_parent_own(const char *mount, char *parent, size_t size, struct cage_error *err)
 {
         char rel[256];
@@ -407,10 +447,11 @@ static int v2_parent_own(const char *mount, char *parent, size_t size, struct ca
                 return cage_fail(err, -ENAMETOOLONG, "cgroup path %s%s", mount, rel);
         if (!v2_dir_writable(parent))
                 return cage_fail(err, -EACCES, "own cgroup %s is not delegated to us", parent);
-        return in_leaf ? 0 : enter_supervisor_leaf(parent, err);
+        return in_leaf ? 0 : enter_supervisor_leaf(parent, geteuid() == 0, err);
 }
 
-/* Root: <mount>/codecage, with the controllers enabled all the way down. */
+/* Root in any other group: <mount>/codecage, with the controllers enabled
+ * all the way down. */
 static int v2_parent_root(const char *mount, char *parent, size_t size, struct cage_error *err)
 {
         unsigned ignored;
@@ -450,7 +491,7 @@ static int detect_v2(struct cgroup_host *h, const char *mount, struct cage_error
         int r;
         if (env && *env)
                 r = v2_parent_env(mount, env, parent, sizeof(h->v2_parent), err);
-        else if (geteuid() == 0)
+        else if (geteuid() == 0 && !own_v2_delegated(mount))
                 r = v2_parent_root(mount, parent, sizeof(h->v2_parent), err);
         else
                 r = v2_parent_own(mount, parent, sizeof(h->v2_parent), err);
