@@ -359,7 +359,8 @@ static int own_v2_cgroup(char *buf, size_t size)
 }
 
 /* The rest of <own>'s processes into the leaf as well (for a service's
- * group: the reaper we started before), ids that are gone skipped. */
+ * group: the reaper we started before; own_v2_delegated saw only ours),
+ * ids that are gone skipped. */
 static int move_rest_into_leaf(const char *own, const char *leaf_procs)
 {
         char procs[512], data[4096];
@@ -410,9 +411,39 @@ static bool v2_dir_writable(const char *dir)
                access(path, W_OK) == 0;
 }
 
-/* Root in a group its service manager handed to it: systemd marks the
- * group of a unit with Delegate=yes with the trusted.delegate xattr (which
- * only CAP_SYS_ADMIN can set). */
+/* pid is us or a child of ours (the reaper). */
+static bool ours(const char *pid)
+{
+        char path[64], stat[512];
+        if (atoi(pid) == (int)getpid())
+                return true;
+        snprintf(path, sizeof(path), "/proc/%s/stat", pid);
+        if (read_file_at(AT_FDCWD, path, stat, sizeof(stat)) < 0)
+                return true; /* gone */
+        const char *end = strrchr(stat, ')');
+        int ppid = 0;
+        return end && sscanf(end + 1, " %*c %d", &ppid) == 1 && ppid == (int)getpid();
+}
+
+/* Every process of group dir is ours: nobody else's would be moved. */
+static bool group_is_ours(const char *dir)
+{
+        char procs[512], data[4096];
+        if (join_path(procs, sizeof(procs), dir, "cgroup.procs") < 0 ||
+            read_file_at(AT_FDCWD, procs, data, sizeof(data)) < 0)
+                return false;
+        char *save = NULL;
+        for (char *pid = strtok_r(data, "\n", &save); pid; pid = strtok_r(NULL, "\n", &save))
+                if (!ours(pid))
+                        return false;
+        return true;
+}
+
+/* Root in a group its service manager handed to it, which holds no process
+ * but ours: systemd marks the group of a unit with Delegate=yes with the
+ * trusted.delegate xattr (which only CAP_SYS_ADMIN can set). A command run
+ * from a shell in such a group finds the shell there and keeps to
+ * <mount>/codecage. */
 static bool own_v2_delegated(const char *mount)
 {
         char rel[256], path[512], v[2];
@@ -424,7 +455,8 @@ static bool own_v2_delegated(const char *mount)
         int n = snprintf(path, sizeof(path), "%s%s", mount, rel);
         if (strcmp(rel, "/") == 0 || n < 0 || (size_t)n >= sizeof(path))
                 return false;
-        return getxattr(path, "trusted.delegate", v, sizeof(v)) == 1 && v[0] == '1';
+        return getxattr(path, "trusted.delegate", v, sizeof(v)) == 1 && v[0] == '1' &&
+               group_is_ours(path);
 }
 
 /* Non-root without CODECAGE_CGROUP_PARENT, or root in a delegated group:
