@@ -8,7 +8,8 @@
 # (directory and its cgroup.procs, cgroup.subtree_control, cgroup.threads
 # owned by the user). Then runs the stages as root and as that user, each
 # between "codecage-vm: stage NAME begins" and "... exited with RC" lines
-# that tests/vm/run.sh counts.
+# that tests/vm/run.sh counts; last prepares the systemd stage
+# (tests/vm/systemd/), which runs after this script.
 set -u
 root=$1
 cd "$root" || exit 1

@@ -255,6 +255,7 @@ check delegated-cgroup check_delegation
 check reload check_reload
 check watchdog check_watchdog "$watchdog_first"
 check stop-drains check_stop_drains
+echo "codecage-vm: systemd stage: the controls make codecage.service fail on purpose"
 check restrict-namespaces-breaks check_option_breaks RestrictNamespaces=yes
 check restrict-suid-sgid-breaks check_option_breaks RestrictSUIDSGID=yes
 echo "codecage-vm: systemd stage: checks took $((SECONDS - t_checks)) s"
