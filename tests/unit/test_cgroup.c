@@ -1179,7 +1179,14 @@ TEST(v2_root_delegated)
                 fprintf(stderr, "  delegated root child: %d\n", r);
         snprintf(path, sizeof(path), "%s/supervisor", dir);
         CHECK(rmdir(path) == 0);
-        /* Someone else's process in the group: not ours to rearrange. */
+        CHECK(rmdir(dir) == 0);
+        /* Someone else's process in the group: not ours to rearrange. A new
+         * group: the first now has controllers on for its children, which
+         * takes no process of its own. */
+        snprintf(dir, sizeof(dir), "%s/cctest-rootshared-%d", mount, (int)getpid());
+        snprintf(path, sizeof(path), "%s/supervisor", dir);
+        CHECK(mkdir(dir, 0755) == 0);
+        CHECK(setxattr(dir, "trusted.delegate", "1", 1, 0) == 0);
         pid_t other = sleeper();
         CHECK(other > 0 && join_group(dir, other) == 0);
         r = in_child(root_not_alone, dir, mount);
