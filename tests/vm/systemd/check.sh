@@ -25,15 +25,16 @@ failed=0
 echo "codecage-vm: systemd stage: $(systemctl --version | head -1) is PID 1 ($(cat /proc/1/comm));" \
         "codecage.service $(systemctl is-active $UNIT) $(($(date +%s) - t_begin)) s after the hand-over"
 
-# check NAME FUNCTION [ARGS...]: FUNCTION prints why it failed.
+# check NAME FUNCTION [ARGS...]: FUNCTION prints why it failed; the line
+# ends with the check's seconds.
 check() {
-        local name=$1 out
+        local name=$1 out t0=$SECONDS
         shift
         if out=$("$@" 2>&1); then
-                echo "ok $name${out:+ ($out)}"
+                echo "ok $name${out:+ ($out)} [$((SECONDS - t0)) s]"
                 passed=$((passed + 1))
         else
-                echo "FAIL $name: ${out:-(no detail)}"
+                echo "FAIL $name: ${out:-(no detail)} [$((SECONDS - t0)) s]"
                 failed=$((failed + 1))
         fi
 }
