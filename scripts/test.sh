@@ -5,7 +5,8 @@
 # matters), then runs the unit tests (meson) and the integration and
 # security suites (pytest) against the default and the sanitizer builds,
 # and last the VM suite (tests/vm/run.sh: Debian 12's kernel, cgroup v2
-# only, as root and as a user with a delegated group; docs/TESTING.md).
+# only, as root and as a user with a delegated group, then dist/codecage.service
+# under systemd; docs/TESTING.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/deps.sh

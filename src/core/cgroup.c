@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -357,9 +358,29 @@ static int own_v2_cgroup(char *buf, size_t size)
         return -ENOENT;
 }
 
-/* Moves us into <own>/supervisor so <own> has no processes of its own and
- * may enable controllers for its children. */
-static int enter_supervisor_leaf(const char *own, struct cage_error *err)
+/* The rest of <own>'s processes into the leaf as well (for a service's
+ * group: the reaper we started before; own_v2_delegated saw only ours),
+ * ids that are gone skipped. */
+static int move_rest_into_leaf(const char *own, const char *leaf_procs)
+{
+        char procs[512], data[4096];
+        int r = join_path(procs, sizeof(procs), own, "cgroup.procs");
+        ssize_t n = r < 0 ? r : read_file_at(AT_FDCWD, procs, data, sizeof(data));
+        if (n < 0)
+                return (int)n;
+        char *save = NULL;
+        for (char *pid = strtok_r(data, "\n", &save); pid; pid = strtok_r(NULL, "\n", &save)) {
+                r = write_file_at(AT_FDCWD, leaf_procs, pid);
+                if (r < 0 && r != -ESRCH)
+                        return r;
+        }
+        return 0;
+}
+
+/* Moves us (with whole_group, every process of <own>) into <own>/supervisor
+ * so <own> has no processes of its own and may enable controllers for its
+ * children. */
+static int enter_supervisor_leaf(const char *own, bool whole_group, struct cage_error *err)
 {
         char leaf[512], procs[512], pid[32];
         int r = join_path(leaf, sizeof(leaf), own, SUPERVISOR_NAME);
@@ -372,6 +393,8 @@ static int enter_supervisor_leaf(const char *own, struct cage_error *err)
                 return cage_fail(err, r, "mkdir %s", leaf);
         snprintf(pid, sizeof(pid), "%d", (int)getpid());
         r = write_file_at(AT_FDCWD, procs, pid);
+        if (r == 0 && whole_group)
+                r = move_rest_into_leaf(own, procs);
         if (r < 0)
                 return cage_fail(err, r, "move supervisor into %s", leaf);
         return 0;
@@ -388,8 +411,57 @@ static bool v2_dir_writable(const char *dir)
                access(path, W_OK) == 0;
 }
 
-/* Non-root without CODECAGE_CGROUP_PARENT: our own cgroup, if delegated to
- * us, becomes the parent; we move into its "supervisor" leaf first. */
+/* pid is us or a child of ours (the reaper). */
+static bool ours(const char *pid)
+{
+        char path[64], stat[512];
+        if (atoi(pid) == (int)getpid())
+                return true;
+        snprintf(path, sizeof(path), "/proc/%s/stat", pid);
+        if (read_file_at(AT_FDCWD, path, stat, sizeof(stat)) < 0)
+                return true; /* gone */
+        const char *end = strrchr(stat, ')');
+        int ppid = 0;
+        return end && sscanf(end + 1, " %*c %d", &ppid) == 1 && ppid == (int)getpid();
+}
+
+/* Every process of group dir is ours: nobody else's would be moved. */
+static bool group_is_ours(const char *dir)
+{
+        char procs[512], data[4096];
+        if (join_path(procs, sizeof(procs), dir, "cgroup.procs") < 0 ||
+            read_file_at(AT_FDCWD, procs, data, sizeof(data)) < 0)
+                return false;
+        char *save = NULL;
+        for (char *pid = strtok_r(data, "\n", &save); pid; pid = strtok_r(NULL, "\n", &save))
+                if (!ours(pid))
+                        return false;
+        return true;
+}
+
+/* Root in a group its service manager handed to it, which holds no process
+ * but ours: systemd marks the group of a unit with Delegate=yes with the
+ * trusted.delegate xattr (which only CAP_SYS_ADMIN can set). A command run
+ * from a shell in such a group finds the shell there and keeps to
+ * <mount>/codecage. */
+static bool own_v2_delegated(const char *mount)
+{
+        char rel[256], path[512], v[2];
+        if (own_v2_cgroup(rel, sizeof(rel)) < 0)
+                return false;
+        char *slash = strrchr(rel, '/');
+        if (slash && slash != rel && strcmp(slash + 1, SUPERVISOR_NAME) == 0)
+                *slash = '\0'; /* already moved by an earlier detection */
+        int n = snprintf(path, sizeof(path), "%s%s", mount, rel);
+        if (strcmp(rel, "/") == 0 || n < 0 || (size_t)n >= sizeof(path))
+                return false;
+        return getxattr(path, "trusted.delegate", v, sizeof(v)) == 1 && v[0] == '1' &&
+               group_is_ours(path);
+}
+
+/* Non-root without CODECAGE_CGROUP_PARENT, or root in a delegated group:
+ * our own cgroup becomes the parent; we move into its "supervisor" leaf
+ * first (root, owning the whole group, with every process in it). */
 static int v2_parent_own(const char *mount, char *parent, size_t size, struct cage_error *err)
 {
         char rel[256];
@@ -407,10 +479,11 @@ static int v2_parent_own(const char *mount, char *parent, size_t size, struct ca
                 return cage_fail(err, -ENAMETOOLONG, "cgroup path %s%s", mount, rel);
         if (!v2_dir_writable(parent))
                 return cage_fail(err, -EACCES, "own cgroup %s is not delegated to us", parent);
-        return in_leaf ? 0 : enter_supervisor_leaf(parent, err);
+        return in_leaf ? 0 : enter_supervisor_leaf(parent, geteuid() == 0, err);
 }
 
-/* Root: <mount>/codecage, with the controllers enabled all the way down. */
+/* Root in any other group: <mount>/codecage, with the controllers enabled
+ * all the way down. */
 static int v2_parent_root(const char *mount, char *parent, size_t size, struct cage_error *err)
 {
         unsigned ignored;
@@ -450,7 +523,7 @@ static int detect_v2(struct cgroup_host *h, const char *mount, struct cage_error
         int r;
         if (env && *env)
                 r = v2_parent_env(mount, env, parent, sizeof(h->v2_parent), err);
-        else if (geteuid() == 0)
+        else if (geteuid() == 0 && !own_v2_delegated(mount))
                 r = v2_parent_root(mount, parent, sizeof(h->v2_parent), err);
         else
                 r = v2_parent_own(mount, parent, sizeof(h->v2_parent), err);

@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <sys/vfs.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1065,10 +1066,144 @@ TEST(v2_nonroot_delegated)
         CHECK(rmdir(dir) == 0);
 }
 
+/* Root in a group marked delegated (systemd's trusted.delegate, for
+ * Delegate=yes): with nothing but itself and its child (the reaper's
+ * place) in it, the group becomes the parent and both move into its
+ * supervisor leaf; with a process of someone else's in it, root keeps to
+ * <mount>/codecage and moves nobody. */
+static int join_group(const char *dir, pid_t pid)
+{
+        char path[300], id[32];
+        snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
+        snprintf(id, sizeof(id), "%d", (int)pid);
+        int fd = open(path, O_WRONLY | O_CLOEXEC);
+        int r = fd >= 0 && write(fd, id, strlen(id)) > 0 ? 0 : -1;
+        if (fd >= 0)
+                close(fd);
+        return r;
+}
+
+static pid_t sleeper(void)
+{
+        pid_t pid = fork();
+        if (pid == 0) {
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                pause();
+                _exit(0);
+        }
+        return pid;
+}
+
+/* In the group with a child of ours: 0 when the group became the parent
+ * and both of us are in its supervisor leaf. */
+static int root_delegated(const char *dir, const char *mount)
+{
+        pid_t child = sleeper();
+        if (child < 0 || join_group(dir, getpid()) < 0 || join_group(dir, child) < 0)
+                return 98;
+        struct cgroup_host host;
+        struct cage_error err = {0};
+        int code = 0;
+        char path[64], cg[512], leaf[300];
+        snprintf(leaf, sizeof(leaf), "0::%s/supervisor\n", dir + strlen(mount));
+        if (detect_mode("v2", &host, &err) < 0)
+                code = 1;
+        else if (strcmp(host.v2_parent, dir) != 0)
+                code = 2;
+        snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)getpid());
+        if (!code && (!read_text(path, cg, sizeof(cg)) || !strstr(cg, leaf)))
+                code = 3;
+        snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)child);
+        if (!code && (!read_text(path, cg, sizeof(cg)) || !strstr(cg, leaf)))
+                code = 4;
+        join_group(mount, getpid());
+        join_group(mount, child);
+        kill(child, SIGKILL);
+        waitpid(child, NULL, 0);
+        return code;
+}
+
+/* In the group with a process not ours: 0 when root kept to
+ * <mount>/codecage and nothing moved. */
+static int root_not_alone(const char *dir, const char *mount)
+{
+        struct cgroup_host host;
+        struct cage_error err = {0};
+        char want[300], path[64], cg[512], group[300];
+        if (join_group(dir, getpid()) < 0)
+                return 98;
+        snprintf(want, sizeof(want), "%s/codecage", mount);
+        snprintf(group, sizeof(group), "0::%s\n", dir + strlen(mount));
+        int code = 0;
+        if (detect_mode("v2", &host, &err) < 0)
+                code = 1;
+        else if (strcmp(host.v2_parent, want) != 0)
+                code = 2;
+        snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)getpid());
+        if (!code && (!read_text(path, cg, sizeof(cg)) || !strstr(cg, group)))
+                code = 3;
+        join_group(mount, getpid());
+        return code;
+}
+
+static int in_child(int (*fn)(const char *, const char *), const char *dir, const char *mount)
+{
+        fflush(NULL);
+        pid_t pid = fork();
+        if (pid == 0)
+                _exit(fn(dir, mount));
+        int status;
+        if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status))
+                return -1;
+        return WEXITSTATUS(status);
+}
+
+TEST(v2_root_delegated)
+{
+        if (geteuid() != 0)
+                SKIP("needs root: marks a group delegated at the top of the hierarchy");
+        const char *mount = v2_mount();
+        CHECK(mount != NULL);
+        if (!mount)
+                return;
+        char dir[256], path[300];
+        snprintf(dir, sizeof(dir), "%s/cctest-rootdeleg-%d", mount, (int)getpid());
+        CHECK(mkdir(dir, 0755) == 0);
+        if (setxattr(dir, "trusted.delegate", "1", 1, 0) < 0) {
+                CHECK(rmdir(dir) == 0);
+                SKIP("no trusted xattrs on this cgroup2 mount");
+        }
+        int r = in_child(root_delegated, dir, mount);
+        CHECK(r == 0);
+        if (r)
+                fprintf(stderr, "  delegated root child: %d\n", r);
+        snprintf(path, sizeof(path), "%s/supervisor", dir);
+        CHECK(rmdir(path) == 0);
+        CHECK(rmdir(dir) == 0);
+        /* Someone else's process in the group: not ours to rearrange. A new
+         * group: the first now has controllers on for its children, which
+         * takes no process of its own. */
+        snprintf(dir, sizeof(dir), "%s/cctest-rootshared-%d", mount, (int)getpid());
+        snprintf(path, sizeof(path), "%s/supervisor", dir);
+        CHECK(mkdir(dir, 0755) == 0);
+        CHECK(setxattr(dir, "trusted.delegate", "1", 1, 0) == 0);
+        pid_t other = sleeper();
+        CHECK(other > 0 && join_group(dir, other) == 0);
+        r = in_child(root_not_alone, dir, mount);
+        CHECK(r == 0);
+        if (r)
+                fprintf(stderr, "  shared group child: %d\n", r);
+        CHECK(access(path, F_OK) < 0);
+        join_group(mount, other);
+        kill(other, SIGKILL);
+        waitpid(other, NULL, 0);
+        CHECK(rmdir(dir) == 0);
+}
+
 RUN_TESTS(T(backend_names), T(forced_none), T(forced_invalid), T(auto_detect), T(invalid_names),
           T(v1_limits_stats_kill_destroy), T(v1_oom_kill), T(v1_park_unpark),
           T(v1_oom_in_sub_group_counts_for_parent), T(v1_sweep_thaws_a_frozen_leftover),
           T(v1_kill_tree), T(v1_pids_limit), T(v1_destroy_kills_leftovers),
           T(v1_existing_name_kept), T(create_failure_cleans_up), T(v1_timing), T(v2_detect),
           T(v2_attach_stats_kill_destroy), T(v2_kill_tree_and_destroy), T(v2_env_parent),
-          T(nonroot_without_delegation), T(v2_nonroot_delegated))
+          T(nonroot_without_delegation), T(v2_nonroot_delegated), T(v2_root_delegated))

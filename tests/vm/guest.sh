@@ -8,7 +8,8 @@
 # (directory and its cgroup.procs, cgroup.subtree_control, cgroup.threads
 # owned by the user). Then runs the stages as root and as that user, each
 # between "codecage-vm: stage NAME begins" and "... exited with RC" lines
-# that tests/vm/run.sh counts.
+# that tests/vm/run.sh counts; last prepares the systemd stage
+# (tests/vm/systemd/), which runs after this script.
 set -u
 root=$1
 cd "$root" || exit 1
@@ -95,7 +96,7 @@ as_user() {
                         CODECAGE_CGROUP_PARENT=$USER_CG/codecage "$@")
 }
 
-if [ "$only" != user ]; then
+if [ "$only" = all ] || [ "$only" = root ]; then
         echo $$ >$CG/system.slice/codecage-tests.service/cgroup.procs
         if [ -z "$pytest_args" ]; then
                 stage root-unit "${MESON_TEST[@]}" --suite unit
@@ -104,7 +105,7 @@ if [ "$only" != user ]; then
         stage root-pytest env CODECAGE_BUILD=build $PYTEST ${pytest_args:-$ROOT_TESTS}
 fi
 
-if [ "$only" != root ]; then
+if [ "$only" = all ] || [ "$only" = user ]; then
         # The user's own groups, made by the user inside its subtree.
         setpriv --reuid=cage --regid=cage --init-groups \
                 mkdir -p $USER_CG/app.slice/codecage-tests.scope $USER_CG/codecage
@@ -117,5 +118,10 @@ if [ "$only" != root ]; then
         fi
         # shellcheck disable=SC2086
         stage user-pytest as_user env CODECAGE_BUILD=build $PYTEST ${pytest_args:-$USER_TESTS}
+fi
+# Last, codecage.service under systemd as PID 1: init hands over after this
+# script (tests/vm/systemd/prepare.sh).
+if [ "$only" = all ] || [ "$only" = systemd ]; then
+        tests/vm/systemd/prepare.sh "$root"
 fi
 echo "codecage-vm: all stages done"

@@ -3,7 +3,10 @@
 # when the image is built): mounts the work disk (/dev/vdb) at the path
 # named by codecage.root= on the kernel command line and runs the guest
 # script it carries, so the cached image never has to change with the code.
-# Powers off whatever happens.
+# Powers off whatever happens, unless the guest script hands PID 1 on: a
+# shell script /run/codecage-vm/next-init it leaves is exec'd (as an
+# initramfs execs the real init) once the work disk is unmounted (/run is
+# noexec: run by the shell).
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 mountpoint -q /proc || mount -t proc proc /proc
 mountpoint -q /sys || mount -t sysfs sysfs /sys
@@ -18,5 +21,6 @@ if mount -t ext4 /dev/vdb "$root"; then
 else
         echo "codecage-vm: cannot mount the work disk"
 fi
+[ -f /run/codecage-vm/next-init ] && exec /bin/sh /run/codecage-vm/next-init
 echo o >/proc/sysrq-trigger
 sleep 10

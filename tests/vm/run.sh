@@ -17,7 +17,7 @@
 # with "0 passed, 1 failed": it never passes for a skip.
 #
 # Usage: tests/vm/run.sh [--smp N] [--mem MIB] [--kvm|--tcg] [--timeout SECONDS]
-#        [--only root|user] [--tmpfs-tmp] [-- PYTEST-ARGS...]
+#        [--only root|user|systemd] [--tmpfs-tmp] [-- PYTEST-ARGS...]
 # The accelerator is KVM when a probe boots a KVM guest here (kvm_probe),
 # else TCG (emulation); --kvm and --tcg force one.
 # PYTEST-ARGS replace the default selection of test files (guest.sh);
@@ -43,7 +43,7 @@ while (($#)); do
         --only) only=$2; shift 2 ;;
         --tmpfs-tmp) tmp=tmpfs; shift ;;
         --) shift; break ;;
-        *) echo "usage: $0 [--smp N] [--mem MIB] [--kvm|--tcg] [--timeout S] [--only root|user] [--tmpfs-tmp] [-- PYTEST-ARGS]" >&2
+        *) echo "usage: $0 [--smp N] [--mem MIB] [--kvm|--tcg] [--timeout S] [--only root|user|systemd] [--tmpfs-tmp] [-- PYTEST-ARGS]" >&2
            exit 2 ;;
         esac
 done
@@ -51,12 +51,13 @@ pytest_args="$*"
 
 # What the guest needs: the runtime libraries of codecage's binaries, the
 # tools the chosen tests drive, meson to run the unit tests, the kernel
-# headers test_seccomp reads.
+# headers test_seccomp reads, systemd for the stage it runs as PID 1
+# (tests/vm/systemd/).
 PACKAGES=(linux-image-amd64 initramfs-tools kmod udev iproute2 procps util-linux
         python3 python3-pytest meson ninja-build
         libseccomp2 libjansson4 libsqlite3-0 libmicrohttpd12 libcurl4 libssl3 libmagic1
         libarchive13 busybox-static openssl e2fsprogs tar file curl linux-libc-dev
-        docker-registry skopeo umoci)
+        docker-registry skopeo umoci systemd)
 SUITE=bookworm
 MIRRORS=("deb http://deb.debian.org/debian $SUITE main"
         "deb http://deb.debian.org/debian-security $SUITE-security main")
@@ -191,7 +192,7 @@ esac
 stage=$(mktemp -d /var/tmp/codecage-vm-work.XXXXXX)
 trap 'rm -rf "$stage"' EXIT
 tar -C "$ROOT" --exclude='./build*/*.p' --exclude='./build*/meson-logs' \
-        -cf - tests build build-unsafe meson.build meson_options.txt |
+        -cf - tests build build-unsafe meson.build meson_options.txt dist |
         tar -C "$stage" -xf -
 mkdir -p "$stage/tests/vm" && printf '%s\n' "$only" "$pytest_args" "$tmp" >"$stage/tests/vm/.selection"
 size_mb=$(($(du -sm "$stage" | cut -f1) * 2 + 256))
@@ -251,6 +252,11 @@ for name, body, rc in re.findall(
         f = 1
     passed += p
     failed += f
+# A stage that began and never ended (a hang, a PID 1 that died) fails.
+for name in re.findall(r"^codecage-vm: stage (\S+) begins$", text, re.M):
+    if not re.search(rf"^codecage-vm: stage {re.escape(name)} exited with \d+", text, re.M):
+        print(f"codecage-vm: stage {name} did not end", file=sys.stderr)
+        failed += 1
 if "codecage-vm: all stages done" not in text:
     print("codecage-vm: the VM did not finish its stages", file=sys.stderr)
     failed += 1
