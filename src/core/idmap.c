@@ -3,14 +3,21 @@
  * The idmapping is a user namespace whose uid_map reads "O HOSTUID 1": an
  * on-disk owner O is treated as id O inside it and shown as HOSTUID (the
  * sandbox user's host uid); writes by HOSTUID are stored as O. The namespace
- * is made by a short-lived child that only waits to be killed (and is). */
+ * is made by a short-lived child that only waits to be killed (and is). It
+ * shares our memory and fd table (CLONE_VM | CLONE_FILES, as posix_spawn's
+ * child does): a plain fork would copy the server's page tables and its fd
+ * table, both of which grow with every live sandbox, and then close every fd
+ * and unmap every page again when it is killed. */
 #include "idmap.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/mount.h>
 #include <linux/sched.h>
+#include <pthread.h>
 #include <sched.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <sys/prctl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -31,27 +38,45 @@ static int write_map(pid_t pid, const char *file, unsigned inside, unsigned outs
         return write_file_at(AT_FDCWD, path, map);
 }
 
-/* The child that holds the namespace: it only waits to be killed. It
- * shares no fd table with us (no CLONE_FILES), so waiting for a pipe's end
- * of file would hang whenever another thread's child inherited that pipe:
- * it is killed instead, and dies with us if we die first. */
-static void hold_namespace(pid_t parent)
+/* The child that holds the namespace: it only waits to be killed. It runs
+ * on a stack of its own in our address space, so it calls nothing that
+ * touches memory of ours (errno included: no call here fails in a way it
+ * reads); every signal but SIGKILL stays blocked, as it was blocked for the
+ * clone, so no handler of ours runs on its stack. It dies with its parent
+ * thread if that goes first. */
+static _Noreturn int hold_namespace(void *parent)
 {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-                _exit(0);
-        for (;;)
-                pause();
+        syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+        if (syscall(SYS_getppid) != (long)(intptr_t)parent)
+                syscall(SYS_exit, 0);
+        for (;;) /* a poll of nothing, for ever: until SIGKILL */
+                syscall(SYS_ppoll, NULL, 0, NULL, NULL, 0);
+}
+
+#define HOLDER_STACK_SIZE (64 * 1024)
+
+/* The holder, cloned into a new user namespace with every signal blocked. */
+static pid_t clone_holder(void *stack)
+{
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        pid_t pid =
+                clone(hold_namespace, (char *)stack + HOLDER_STACK_SIZE,
+                      CLONE_NEWUSER | CLONE_VM | CLONE_FILES | SIGCHLD, (void *)(intptr_t)getpid());
+        int saved = errno;
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        errno = saved;
+        return pid;
 }
 
 /* A user namespace mapping O→host_uid and G→host_gid, as an fd. */
 static int idmap_userns(uid_t owner, gid_t group, uid_t host_uid, gid_t host_gid)
 {
-        pid_t parent = getpid();
-        struct clone_args args = {.flags = CLONE_NEWUSER, .exit_signal = SIGCHLD};
-        long pid = syscall(SYS_clone3, &args, sizeof(args));
-        if (pid == 0)
-                hold_namespace(parent);
+        _cleanup_free_ void *stack = malloc(HOLDER_STACK_SIZE);
+        if (!stack)
+                return -ENOMEM;
+        long pid = clone_holder(stack);
         int r = pid < 0 ? -errno : 0;
         if (r == 0)
                 r = write_map((pid_t)pid, "uid_map", owner, host_uid);
