@@ -40,7 +40,7 @@
 #define PARENT_NAME       "codecage"
 #define SUPERVISOR_NAME   "supervisor"
 #define GROUP_NAME_MAX    64
-#define CPU_PERIOD_US     100000
+#define CPU_PERIOD_US     100000 /* the kernel's default period of a new group */
 #define CPU_QUOTA_MIN_US  1000
 #define NSEC_PER_USEC     1000ULL
 #define NSEC_PER_MSEC     1000000ULL
@@ -705,12 +705,12 @@ static int limits_v1(struct cage_cgroup *cg, const struct cgroup_limits *l, stru
         }
         if (r >= 0 && cg->fd[HIER_PIDS] >= 0 && l->pids)
                 r = write_limit(cg, HIER_PIDS, "pids.max", l->pids, false, err);
-        if (r >= 0 && cg->fd[HIER_CPU] >= 0 && l->cpus > 0) {
-                r = write_limit(cg, HIER_CPU, "cpu.cfs_period_us", CPU_PERIOD_US, false, err);
-                if (r >= 0)
-                        r = write_limit(cg, HIER_CPU, "cpu.cfs_quota_us", cpu_quota_us(l->cpus),
-                                        false, err);
-        }
+        /* The quota alone: a group starts with the kernel's period, which is
+         * CPU_PERIOD_US, and every write to either file walks every cpu group
+         * of the machine (the kernel checks the whole tree's bandwidth). */
+        if (r >= 0 && cg->fd[HIER_CPU] >= 0 && l->cpus > 0)
+                r = write_limit(cg, HIER_CPU, "cpu.cfs_quota_us", cpu_quota_us(l->cpus), false,
+                                err);
         return r;
 }
 
