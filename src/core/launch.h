@@ -39,7 +39,10 @@ struct root_entry {
 struct launch_plan {
         const struct cage_spec *spec;
         bool privileged; /* root case: clear supplementary groups */
-        struct root_entry root[ROOT_ENTRIES_MAX];
+        /* ROOT_ENTRIES_MAX entries (26 KiB), allocated by plan_build() and
+         * freed by plan_free(): a box keeps its plan's other fields for its
+         * life, and every sandbox cloned from the server copies its heap. */
+        struct root_entry *root;
         size_t n_root;
         const char *proc_masked[24]; /* /proc files the sandbox user could open */
         size_t n_proc_masked;

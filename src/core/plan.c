@@ -385,6 +385,8 @@ int plan_build(struct launch_plan *plan, const struct cage_spec *spec, struct ca
         plan->spec = spec;
         plan->disable = spec->debug_disable;
         plan->n_root = 0;
+        if (!plan->root && !(plan->root = calloc(ROOT_ENTRIES_MAX, sizeof(*plan->root))))
+                return cage_fail(err, -ENOMEM, "launch plan");
         if (spec->debug_disable & CAGE_DEBUG_HOST_ROOTFS)
                 r = build_dir_image(plan, "/", err);
         else if (strcmp(spec->image, "host") == 0)
@@ -423,4 +425,7 @@ void plan_free(struct launch_plan *plan)
         free(plan->strings);
         plan->argv = NULL;
         plan->strings = NULL;
+        free(plan->root);
+        plan->root = NULL;
+        plan->n_root = 0;
 }

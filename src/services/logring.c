@@ -10,9 +10,32 @@ static void evict_oldest(struct log_ring *r)
         r->bytes -= strlen(old);
         free(old);
         r->lines[r->start] = NULL;
-        r->start = (r->start + 1) % LOG_RING_LINES;
+        r->start = (r->start + 1) % r->cap;
         r->n--;
         r->dropped = true;
+}
+
+#define LOG_RING_FIRST_CAP 16
+
+/* A free slot after the last line: the table doubles (its lines in order
+ * from slot 0) when full and below LOG_RING_LINES. False when out of memory. */
+static bool make_slot(struct log_ring *r)
+{
+        if (r->n < r->cap)
+                return true;
+        size_t cap = r->cap ? 2 * r->cap : LOG_RING_FIRST_CAP;
+        if (cap > LOG_RING_LINES)
+                cap = LOG_RING_LINES;
+        char **lines = malloc(cap * sizeof(*lines));
+        if (!lines)
+                return false;
+        for (size_t i = 0; i < r->n; i++)
+                lines[i] = r->lines[(r->start + i) % r->cap];
+        free(r->lines);
+        r->lines = lines;
+        r->cap = cap;
+        r->start = 0;
+        return true;
 }
 
 static void push_line(struct log_ring *r, const char *s, size_t len)
@@ -33,7 +56,11 @@ static void push_line(struct log_ring *r, const char *s, size_t len)
         size_t bytes = strlen(line);
         while (r->n > 0 && (r->n == LOG_RING_LINES || r->bytes + bytes > LOG_RING_BYTES))
                 evict_oldest(r);
-        r->lines[(r->start + r->n) % LOG_RING_LINES] = line;
+        if (!make_slot(r)) {
+                free(line);
+                return;
+        }
+        r->lines[(r->start + r->n) % r->cap] = line;
         r->n++;
         r->bytes += bytes;
 }
@@ -94,8 +121,7 @@ json_t *log_ring_tail(const struct log_ring *r, size_t tail)
         json_t *lines = json_array();
         size_t skip = tail && tail < r->n ? r->n - tail : 0;
         for (size_t i = skip; i < r->n; i++)
-                json_array_append_new(lines,
-                                      json_string(r->lines[(r->start + i) % LOG_RING_LINES]));
+                json_array_append_new(lines, json_string(r->lines[(r->start + i) % r->cap]));
         return json_pack("{s:o, s:b}", "lines", lines, "truncated", r->dropped || skip > 0);
 }
 
@@ -103,6 +129,9 @@ void log_ring_clear(struct log_ring *r)
 {
         while (r->n > 0)
                 evict_oldest(r);
+        free(r->lines);
+        r->lines = NULL;
+        r->cap = r->start = 0;
         free(r->partial);
         r->partial = NULL;
         r->partial_len = 0;

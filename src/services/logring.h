@@ -1,7 +1,8 @@
 /* A bounded ring of text lines: the past exec output of a named sandbox
  * that `logs` shows. At most LOG_RING_LINES lines and LOG_RING_BYTES bytes
  * are kept (the oldest go first); a line longer than LOG_RING_LINE_MAX is
- * cut with a marker. Not thread-safe: the owner locks. */
+ * cut with a marker. The line table grows with the lines kept (an idle
+ * sandbox with no output holds none). Not thread-safe: the owner locks. */
 #ifndef CODECAGE_SERVICES_LOGRING_H
 #define CODECAGE_SERVICES_LOGRING_H
 
@@ -14,8 +15,8 @@
 #define LOG_RING_LINE_MAX 4096
 
 struct log_ring {
-        char *lines[LOG_RING_LINES];
-        size_t start, n, bytes;
+        char **lines; /* a ring of cap slots, cap <= LOG_RING_LINES */
+        size_t cap, start, n, bytes;
         bool dropped;  /* lines were evicted */
         char *partial; /* an unfinished last line */
         size_t partial_len;
@@ -29,6 +30,7 @@ void log_ring_append(struct log_ring *r, const char *text, size_t len);
 void log_ring_end_block(struct log_ring *r);
 /* {"lines": [...last `tail` lines, 0 = all...], "truncated": bool}. */
 json_t *log_ring_tail(const struct log_ring *r, size_t tail);
+/* Drops every line and the table. */
 void log_ring_clear(struct log_ring *r);
 
 #endif
