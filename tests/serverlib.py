@@ -52,8 +52,9 @@ class Server:
     """`codecage serve --config` with a config written for the test."""
 
     def __init__(self, tmp, tenants=None, extra=None, env=None, build=BUILD, unix=True,
-                 prefix=None):
+                 prefix=None, pass_fds=()):
         self.tmp = tmp
+        self.pass_fds = tuple(pass_fds)  # inheritable fds the server starts with
         self.prefix = list(prefix or [])  # argv put in front of the codecage command
         self.build = build
         self.unix = unix  # the transport request() uses unless told otherwise
@@ -82,7 +83,8 @@ class Server:
         self.proc = subprocess.Popen(
             [*self.prefix, str(self.build / "codecage"), "serve", "--config",
              str(self.config_path)],
-            stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log, env=self.env)
+            stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log, env=self.env,
+            pass_fds=self.pass_fds)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

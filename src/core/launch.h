@@ -75,6 +75,10 @@ struct launch_plan {
          * becomes the sandbox user. 0: as the caller. */
         uid_t owner_uid;
         bool nests_namespaces; /* a zygote's template: no user namespace limits */
+        /* > 0: cloned sharing the supervisor's fd table (CLONE_FILES), with
+         * every fd above in slots below this number; the child's first step
+         * is a private copy of only those (launcher.c, "lean clones"). */
+        int shared_fds_below;
 };
 
 /* Bytes the supervisor sends on sync_fd, in this order. */

@@ -33,6 +33,57 @@ def files_target(request, tmp_path):
     server.stop()
 
 
+@pytest.fixture(params=["protected", "server-fds"])
+def fds_server(request, tmp_path):
+    """A server started with an inheritable fd on a host directory (as a
+    careless parent process hands down), whose sandboxes keep only their own
+    fds; or (the unsafe build) one whose long-lived sandboxes keep what their
+    clone inherited."""
+    host_dir = tmp_path / "host-secrets"
+    host_dir.mkdir()
+    leak = os.open(host_dir, os.O_RDONLY | os.O_DIRECTORY)
+    os.set_inheritable(leak, True)
+    try:
+        if request.param == "protected":
+            server = Server(tmp_path, build=BUILD, pass_fds=(leak,))
+        else:
+            server = Server(tmp_path, build=DEBUG_BUILD, pass_fds=(leak,),
+                            env=dict(os.environ, CODECAGE_DEBUG_DISABLE=request.param))
+    finally:
+        os.close(leak)
+    server.protected = request.param == "protected"
+    server.host_dir = str(host_dir)
+    yield server
+    server.stop()
+
+
+def fd_targets(pid):
+    out = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            out.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except FileNotFoundError:
+            pass
+    return out
+
+
+def inits_of(server_pid):
+    """Pids of the server's children that are a sandbox's codecage-init."""
+    kids = []
+    for task in os.listdir(f"/proc/{server_pid}/task"):
+        with open(f"/proc/{server_pid}/task/{task}/children") as f:
+            kids += f.read().split()
+    inits = []
+    for k in kids:
+        try:
+            with open(f"/proc/{k}/comm") as f:
+                if f.read().strip() == "codecage-init":
+                    inits.append(int(k))
+        except FileNotFoundError:
+            pass
+    return inits
+
+
 def new_sandbox(server):
     name = "s" + uuid.uuid4().hex[:8]
     server.ok("POST", "/v1/sandboxes", {"name": name})
@@ -170,3 +221,28 @@ def test_exec_cannot_kill_init_or_escape_its_tree(server):
     r = sh(server, name, "for p in /proc/[0-9]*; do cat $p/comm; done")
     assert "sleep" not in r["stdout"]
     assert server.ok("GET", f"/v1/sandboxes/{name}")["state"] == "running"
+
+
+def test_named_sandbox_init_holds_none_of_the_servers_fds(fds_server):
+    # A sandbox is cloned sharing the server's fd table (its own fds in low
+    # slots) and makes a private copy of only those as its first step, then
+    # closes everything but its own. What a leak would hand to pid 1: an fd
+    # the server inherited without close-on-exec (here a host directory, which
+    # fchdir would walk out of the sandbox through), and the server's own
+    # files, sockets and other sandboxes' pipes. From the host: init's fds are
+    # /dev/null, its control socket, its signalfd and its exec pipes, none of
+    # them a file or socket the server itself holds.
+    server = fds_server
+    name = new_sandbox(server)
+    sh(server, name, "true")
+    inits = inits_of(server.proc.pid)  # ours, and the warm pool's template
+    assert inits
+    own = set(fd_targets(server.proc.pid))
+    held = [t for pid in inits for t in fd_targets(pid)]
+    leaked = [t for t in held
+              if not (t == "/dev/null" or t.startswith(("pipe:", "anon_inode:")))
+              and (not t.startswith("socket:") or t in own)]
+    if server.protected:
+        assert not leaked, held
+    else:
+        assert server.host_dir in leaked, f"with server-fds off init holds only its own: {held}"
