@@ -250,13 +250,19 @@ static void thread_start(void)
         pthread_attr_destroy(&attr);
 }
 
+int launch_thread_start(void)
+{
+        pthread_once(&thread_once, thread_start);
+        return thread_r;
+}
+
 /* Clones on the launcher thread, which lives as long as the process, so
  * the sandbox's parent-death signal fires only when we are gone. */
 static pid_t clone_on_thread(const struct launch_plan *plan, int *ret_pidfd)
 {
-        pthread_once(&thread_once, thread_start);
-        if (thread_r < 0)
-                return thread_r;
+        int r = launch_thread_start();
+        if (r < 0)
+                return r;
         struct clone_job job = {.plan = plan, .pidfd = -1};
         pthread_mutex_lock(&thread_lock);
         while (thread_job)

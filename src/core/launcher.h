@@ -68,5 +68,10 @@ int launch_detect_cgroups(struct cgroup_host *ret, struct cage_error *err);
 /* Sweeps the groups of dead supervisors again, waiting up to wait_ms for
  * them to empty (a server's start). */
 void launch_sweep_stale_cgroups(unsigned wait_ms);
+/* Starts the launcher thread of long-lived sandboxes now instead of at the
+ * first launch (a server's start): it takes its slots of low fd numbers
+ * (lean clones) and its copy of the mount table while both are small, and
+ * the fds it keeps are the process's from the first request on. */
+int launch_thread_start(void);
 
 #endif

@@ -942,6 +942,8 @@ static int open_parts(struct cage_service *svc, struct cage_error *err)
         /* The sandboxes of a dead server first (thawed, killed, their groups
          * removed): their mount namespaces hold its workspaces' mounts. */
         launch_sweep_stale_cgroups(STALE_SWEEP_WAIT_MS);
+        if ((r = launch_thread_start()) < 0)
+                return cage_fail(err, r, "starting the launcher thread");
         if ((r = cage_workspace_sweep(svc->ws_base, err)) < 0)
                 return r;
         svc->ws_backend = cage_workspace_backend_detect();
