@@ -58,8 +58,13 @@ def fds_server(request, tmp_path):
 
 
 def fd_targets(pid):
+    """What pid's fds point at (none once it is gone)."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except FileNotFoundError:
+        return []
     out = []
-    for fd in os.listdir(f"/proc/{pid}/fd"):
+    for fd in fds:
         try:
             out.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
         except FileNotFoundError:
@@ -69,18 +74,18 @@ def fd_targets(pid):
 
 def inits_of(server_pid):
     """Pids of the server's children that are a sandbox's codecage-init."""
-    kids = []
-    for task in os.listdir(f"/proc/{server_pid}/task"):
-        with open(f"/proc/{server_pid}/task/{task}/children") as f:
-            kids += f.read().split()
     inits = []
-    for k in kids:
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
         try:
-            with open(f"/proc/{k}/comm") as f:
-                if f.read().strip() == "codecage-init":
-                    inits.append(int(k))
-        except FileNotFoundError:
-            pass
+            with open(f"/proc/{entry}/status") as f:
+                fields = dict(line.split(":\t", 1) for line in f if ":\t" in line)
+        except OSError:  # gone meanwhile
+            continue
+        if (fields.get("PPid", "").strip() == str(server_pid)
+                and fields.get("Name", "").strip() == "codecage-init"):
+            inits.append(int(entry))
     return inits
 
 
