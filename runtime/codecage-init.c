@@ -15,6 +15,11 @@
  * control socket closes, init exits, and the kernel kills everything left
  * in the sandbox's pid namespace.
  *
+ * In a sandbox a zygote forked (src/core/zygote.c), the zygote's child execs
+ * us as `codecage-init PID` once it has forked the session driver: that
+ * process (already our child) is reported on the status pipe at
+ * BOX_ADOPTED_STATUS_FD as if it were an exec with id BOX_ADOPTED_EXEC_ID.
+ *
  * Signals sent from inside the sandbox cannot reach it: pid 1 ignores every
  * signal it has no handler for, and it installs none (SIGCHLD is read from
  * a signalfd). Requests are bounded and checked; a bad one fails only
@@ -280,7 +285,27 @@ static void drain_signalfd(int sfd)
                 ;
 }
 
-int main(void)
+/* `codecage-init PID`: the session driver a zygote's child forked before
+ * exec'ing us. Anything else on the command line is refused. */
+static int adopt(int argc, char **argv)
+{
+        if (argc == 1)
+                return 0;
+        char *end;
+        errno = 0;
+        long pid = argc == 2 ? strtol(argv[1], &end, 10) : 0;
+        if (errno || pid <= 1 || pid > 4194304 || *end)
+                return -1;
+        if (fcntl(BOX_ADOPTED_STATUS_FD, F_SETFD, FD_CLOEXEC) < 0)
+                return -1;
+        slots[0] = (struct exec_slot){.used = true,
+                                      .id = BOX_ADOPTED_EXEC_ID,
+                                      .pid = (pid_t)pid,
+                                      .status_fd = BOX_ADOPTED_STATUS_FD};
+        return 0;
+}
+
+int main(int argc, char **argv)
 {
         /* Already non-dumpable (our executable is unreadable); said again
          * in case a kernel decides otherwise: nobody may ptrace or read us. */
@@ -293,8 +318,9 @@ int main(void)
         sigaddset(&chld, SIGCHLD);
         sigprocmask(SIG_BLOCK, &chld, NULL);
         int sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
-        if (sfd < 0)
+        if (sfd < 0 || adopt(argc, argv) < 0)
                 return 125;
+        reap_children(); /* an adopted driver may have ended before the signalfd */
         for (;;) {
                 struct pollfd p[2] = {{.fd = BOX_CTL_FD, .events = POLLIN},
                                       {.fd = sfd, .events = POLLIN}};

@@ -9,29 +9,34 @@ there (no seccomp yet) so it can make namespaces and write id maps. It never
 runs code it was sent: it reads requests from fd 3 (SOCK_SEQPACKET, one
 message each) and answers nothing but "ready" or "error".
 
-  hello (JSON, once)  uid, gid, workdir, scratch tmpfs options, rlimits, the
-                      /proc masks, the seccomp program (hex)
-  spawn (JSON + fds)  host_uid, host_gid; fds stdout, stderr, channel, sync,
-                      ctl, status
+  hello (JSON, once)  uid, gid, the /proc masks, the seccomp program (hex)
+  spawn (JSON + fds)  host_uid, host_gid and the sandbox's own: workdir,
+                      scratch tmpfs options, rlimits, environment; fds
+                      stdout, stderr, channel, sync, ctl, status, the
+                      codecage-init image, and the workspace (a detached
+                      mount) when it has one
 
 Each spawn is one clone(2) straight into fresh user, mount, ipc, uts and
 pid namespaces: the child (B) is pid 1 of its pid namespace and waits
 until the template wrote its id maps (its sandbox user to the host uid the
-server chose). Once it has its ids, B makes its own network namespace
-(unshare(2), in parallel with other spawns, rather than inside the
-template's clone, where the kernel's network setup held up every spawn
-queued behind it). B closes every fd of the template, builds its mounts over
-the template's (a fresh /proc with the masks, devpts, one scratch tmpfs
-behind /tmp, /dev/shm and /workspace), names the host and brings up
-loopback, tells the server it is ready to be put in its cgroup (the server
-reads B's pid from the message's credentials), waits until it is, then
-unshares the cgroup namespace, applies setsid and the rlimits, drops every
-capability, sets no_new_privs and installs the seccomp filter. B forks C,
-the session driver, and stays as init: it reaps, forwards the server's
-signals to C's process group and reports C's wait status, like
-codecage-init. Nothing of the template reaches C: its fds are closed, its
-memory is a private copy (with `random` reseeded), and neither can see the
-other's processes.
+server chose). Before anything else, B tells the server it is ready to be
+put in its cgroup (the server reads B's pid from the message's
+credentials); once it is, everything B writes or makes is charged to the
+sandbox. B closes every fd of the template and takes its ids. B makes its own network namespace (unshare(2), in parallel
+with other spawns, rather than inside the template's clone, where the
+kernel's network setup held up every spawn queued behind it), builds its
+mounts over the template's (a fresh /proc with the masks, devpts, one
+scratch tmpfs behind /tmp and /dev/shm, and /workspace: the sandbox's own
+workspace or the scratch), names the host, brings up loopback, unshares the
+cgroup namespace, applies setsid and the rlimits, drops every capability,
+sets no_new_privs, installs the seccomp filter and tells the server it is
+done (the server checks that message's credentials: B's pid, with the ids
+it chose). B forks C, the session driver (with the sandbox's environment), and
+execs codecage-init from the image the server sent: pid 1 of every
+long-lived sandbox, which serves the server's execs, reaps, and reports C
+as the exec it was made with. Nothing of the template reaches C: its fds are closed,
+its memory is a private copy (with `random` reseeded), and neither can see
+the other's processes.
 """
 
 import fcntl
@@ -48,9 +53,13 @@ import sys
 import types
 
 CTL_FD = 3
-CHILD_FDS = ("stdout", "stderr", "channel", "sync", "ctl", "status")
-# Where a child keeps them (A and B), in this order from fd 1.
-FD_OUT, FD_ERR, FD_CHAN, FD_SYNC, FD_CTL, FD_STATUS, FD_MAPPED = range(1, 8)
+CHILD_FDS = ("stdout", "stderr", "channel", "sync", "ctl", "status", "init")
+# Where a child keeps them, in this order from fd 1; then the pipe of its id
+# maps and the workspace's detached mount, if it has one.
+FD_OUT, FD_ERR, FD_CHAN, FD_SYNC, FD_CTL, FD_STATUS, FD_INIT, FD_MAPPED, FD_WORKSPACE = range(1, 10)
+# codecage-init's fds (src/core/box_proto.h): BOX_CTL_FD, BOX_ADOPTED_STATUS_FD.
+INIT_CTL_FD, INIT_STATUS_FD = 3, 4
+SPAWN_MAX = 1 << 18  # a spawn request, environment included
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWCGROUP = 0x02000000
@@ -62,6 +71,8 @@ CLONE_NEWNET = 0x40000000
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+SYS_MOVE_MOUNT = 429  # the same number on every architecture
+MOVE_MOUNT_F_EMPTY_PATH, AT_FDCWD = 0x4, -100
 PROC_FLAGS = MS_NOSUID | MS_NODEV | MS_NOEXEC
 
 PR_SET_DUMPABLE = 4
@@ -77,7 +88,6 @@ SECUREBITS = 0x01 | 0x02 | 0x04 | 0x08 | 0x20
 CAP_VERSION_3 = 0x20080522
 SYS_CLOSE_RANGE = 436  # the same number on every architecture
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 1
-BOX_REQ_SIGNAL, BOX_STATUS_EXITED = 2, 2
 SYS_CLONE3 = 435  # the same number on every architecture
 CLONE_NS_FLAGS = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWPID
 
@@ -126,12 +136,7 @@ def mount(src, dst, fstype, flags, data, step):
 class Template:
     def __init__(self, ctl, hello):
         self.ctl = ctl
-        self.children = []  # pid 1 of each sandbox, reaped when it ends
         self.uid, self.gid = int(hello["uid"]), int(hello["gid"])
-        self.workdir = str(hello["workdir"])
-        self.scratch = str(hello["scratch_opts"])
-        self.rlimits = [tuple(int(v) for v in r) for r in hello["rlimits"]]
-        self.rlimit_as = int(hello.get("rlimit_as", 0))
         self.masked = [str(p) for p in hello["proc_masked"]]
         self.proc_ro = [str(p) for p in hello["proc_readonly"]]
         self.proc_hidden = [str(p) for p in hello["proc_hidden"]]
@@ -149,12 +154,17 @@ class Template:
             self.progs.append(SockFprog(n, filters))
 
     def serve(self, driver):
+        # A sandbox's end wakes us to reap its pid 1 (no zombie waits for
+        # the next spawn).
+        wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.set_wakeup_fd(self.wake_w)
         while True:
             self.reap()
-            try:
-                msg, anc, _, _ = self.ctl.recvmsg(4096, socket.CMSG_SPACE(4 * 8))
-            except InterruptedError:
+            if self.ctl not in select.select([self.ctl, wake_r], [], [])[0]:
+                drain(wake_r)
                 continue
+            msg, anc, flags, _ = self.ctl.recvmsg(SPAWN_MAX, socket.CMSG_SPACE(4 * 8))
             if not msg:
                 return
             fds = []
@@ -163,14 +173,19 @@ class Template:
                     fds += list(struct.unpack("%di" % (len(data) // 4), data[: len(data) // 4 * 4]))
             try:
                 req = json.loads(msg)
-                if req.get("op") == "spawn" and len(fds) == len(CHILD_FDS):
+                sandbox = Sandbox(req)
+                want = len(CHILD_FDS) + (1 if sandbox.workspace else 0)
+                if (req.get("op") == "spawn" and len(fds) == want
+                        and not flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC)):
                     ids = (0, 0) if req.get("shared") else (int(req["host_uid"]), int(req["host_gid"]))
-                    self.spawn(ids[0], ids[1], fds, driver)
+                    self.spawn(ids[0], ids[1], fds, sandbox, driver)
+            except (ValueError, KeyError, TypeError):
+                pass  # a request we cannot read: the server times out waiting for it
             finally:
                 for fd in fds:
                     os.close(fd)
 
-    def spawn(self, host_uid, host_gid, fds, driver):
+    def spawn(self, host_uid, host_gid, fds, sandbox, driver):
         """One clone straight into the new namespaces: the child is pid 1 of
         its pid namespace and waits until we wrote its id maps."""
         mapped_r, mapped_w = os.pipe()
@@ -180,7 +195,7 @@ class Template:
         pid = pylibc.syscall(SYS_CLONE3, args, ctypes.sizeof(args))
         if pid == 0:
             self.ctl.detach()  # the object must never close what becomes fd 3
-            child_b(self, fds + [mapped_r], driver)
+            child_b(self, sandbox, fds[: len(CHILD_FDS)] + [mapped_r] + fds[len(CHILD_FDS):], driver)
         os.close(mapped_r)
         try:
             if pid < 0:
@@ -191,16 +206,17 @@ class Template:
             pass  # the child exits without its maps; the server sees it go
         finally:
             os.close(mapped_w)
-        self.children.append(pid)
 
-    def reap(self):
-        for pid in self.children[:]:
+    @staticmethod
+    def reap():
+        """Our children are pid 1 of the sandboxes we made: reap those
+        that ended (one call per ended sandbox, however many live)."""
+        while True:
             try:
-                if os.waitpid(pid, os.WNOHANG)[0] == 0:
-                    continue
+                if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                    return
             except ChildProcessError:
-                pass
-            self.children.remove(pid)
+                return
 
     def write_maps(self, pid, host_uid, host_gid):
         # Our user namespace maps the host's uid slots to themselves, so
@@ -216,7 +232,27 @@ class Template:
                 os.close(fd)
 
 
+def drain(fd):
+    try:
+        while os.read(fd, 256):
+            pass
+    except BlockingIOError:
+        pass
+
+
 # ---- a new sandbox ----
+
+
+class Sandbox:
+    """What one spawn request says of its sandbox (the server's plan)."""
+
+    def __init__(self, req):
+        self.workdir = str(req["workdir"])
+        self.scratch = str(req["scratch_opts"])
+        self.rlimits = [tuple(int(v) for v in r) for r in req["rlimits"]]
+        self.rlimit_as = int(req.get("rlimit_as", 0))
+        self.env = [str(e) for e in req["env"]]
+        self.workspace = bool(req.get("workspace", False))
 
 
 def report(step):
@@ -228,14 +264,15 @@ def report(step):
 
 
 def place_fds(fds):
-    """fds (stdout, stderr, channel, sync, ctl, status, mapped) become
-    1..7, stdin /dev/null; every other fd of the template closes."""
+    """fds (stdout, stderr, channel, sync, ctl, status, init, mapped and
+    the workspace if any) become 1..9, stdin /dev/null; every other fd of
+    the template closes."""
     null = os.open("/dev/null", os.O_RDONLY)
     high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 64) for fd in fds + [null]]
     for i, fd in enumerate(high[:-1]):
         os.dup2(fd, i + 1)
     os.dup2(high[-1], 0)
-    check(libc.syscall(SYS_CLOSE_RANGE, FD_MAPPED + 1, 0xFFFFFFFF, 0), "close inherited fds")
+    check(libc.syscall(SYS_CLOSE_RANGE, len(fds) + 1, 0xFFFFFFFF, 0), "close inherited fds")
 
 
 def build_proc(t):
@@ -265,15 +302,25 @@ def build_proc(t):
             mount(first, p, None, MS_BIND, None, "mask /proc entries")
 
 
-def build_scratch(t):
-    """One tmpfs behind /tmp, /dev/shm and /workspace, over the template's."""
-    mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, t.scratch, "mount scratch tmpfs")
-    for name, mode in (("tmp", 0o1777), ("shm", 0o1777), ("workspace", 0o755)):
+def build_scratch(s):
+    """One tmpfs behind /tmp, /dev/shm and (without a workspace of its
+    own) /workspace, over the template's."""
+    mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, s.scratch, "mount scratch tmpfs")
+    dirs = (("tmp", 0o1777), ("shm", 0o1777)) + (() if s.workspace else (("workspace", 0o755),))
+    for name, mode in dirs:
         os.mkdir("/tmp/" + name, mode)
         os.chmod("/tmp/" + name, mode)
-    os.mkdir("/tmp/workspace/output", 0o755)
     mount("/tmp/shm", "/dev/shm", None, MS_BIND, None, "bind /tmp, /dev/shm, /workspace")
-    mount("/tmp/workspace", "/workspace", None, MS_BIND, None, "bind /tmp, /dev/shm, /workspace")
+    if s.workspace:
+        # The server's detached mount of this sandbox's own workspace
+        # (idmapped to its uid slot), moved over the template's.
+        check(libc.syscall(SYS_MOVE_MOUNT, FD_WORKSPACE, b"", AT_FDCWD, b"/workspace",
+                           MOVE_MOUNT_F_EMPTY_PATH), "mount the workspace")
+        os.close(FD_WORKSPACE)
+    else:
+        os.mkdir("/tmp/workspace/output", 0o755)
+        mount("/tmp/workspace", "/workspace", None, MS_BIND, None,
+              "bind /tmp, /dev/shm, /workspace")
     mount("/tmp/tmp", "/tmp", None, MS_BIND, None, "bind /tmp, /dev/shm, /workspace")
 
 
@@ -287,11 +334,12 @@ def loopback_up():
         s.close()
 
 
-def wait_for_cgroup():
+def wait_for_cgroup(sync):
     """The server reads our pid from this message's credentials, puts us in
-    our cgroup, then answers."""
-    os.write(FD_SYNC, b"p")
-    if os.read(FD_SYNC, 1) != b"c":
+    our cgroup, then answers; it waits for "r" (or a failed step) after, and
+    checks that the "r" comes from us with the ids it chose."""
+    os.write(sync, b"p")
+    if os.read(sync, 1) != b"c":
         os._exit(125)  # the server is gone or gave up on us
 
 
@@ -313,8 +361,14 @@ def drop_privileges(t):
                   "install seccomp filter")
 
 
-def child_b(t, fds, driver):
+def child_b(t, s, fds, driver):
     try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        # Into our own cgroup before anything else: the pages of this
+        # interpreter we write from here on, and all we make (namespaces,
+        # mounts), are charged to this sandbox, not to the template.
+        wait_for_cgroup(fds[CHILD_FDS.index("sync")])
         place_fds(fds)
     except BaseException:
         os._exit(125)
@@ -324,7 +378,7 @@ def child_b(t, fds, driver):
         os.close(FD_MAPPED)
         os.setresgid(t.gid, t.gid, t.gid)
         os.setresuid(t.uid, t.uid, t.uid)
-        sandbox_init(t, driver)
+        sandbox_init(t, s, driver)
     except Failed as e:
         report(str(e))
     except BaseException as e:
@@ -358,7 +412,7 @@ def write_userns_limits(fds):
         os.close(fd)
 
 
-def sandbox_init(t, driver):
+def sandbox_init(t, s, driver):
     # Before any other step of the sandbox's: until here B shares the
     # template's network namespace (itself a sandbox's: loopback only), and
     # nothing so far used it.
@@ -368,41 +422,56 @@ def sandbox_init(t, driver):
     build_proc(t)
     mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
           "newinstance,ptmxmode=0666,mode=0620", "mount /dev/pts")
-    build_scratch(t)
+    build_scratch(s)
     check(libc.sethostname(b"codecage", 8), "sethostname")
     loopback_up()
-    wait_for_cgroup()
-    os.close(FD_SYNC)
     check(libc.unshare(CLONE_NEWCGROUP), "unshare cgroup namespace")
     write_userns_limits(limits)
     os.setsid()
-    for res, soft, hard in t.rlimits:
+    for res, soft, hard in s.rlimits:
         resource.setrlimit(res, (soft, hard))
-    # B keeps a Python copy of the template: nobody may read it.
+    # B keeps a Python copy of the template until it execs init: nobody may
+    # read it.
     drop_privileges(t)
-    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-    signal.signal(signal.SIGCHLD, lambda *_: None)
-    signal.set_wakeup_fd(wake_w)
+    os.write(FD_SYNC, b"r")  # every step done: the server counts the launch as made
+    os.close(FD_SYNC)
     pid = os.fork()
     if pid == 0:
-        signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        for fd in (wake_r, wake_w, FD_CTL, FD_STATUS):
+        for fd in (FD_CTL, FD_STATUS, FD_INIT):
             os.close(fd)
-        run_driver(t, driver)
-    for fd in (FD_OUT, FD_ERR, FD_CHAN):
-        os.dup2(0, fd)
-    init_loop(pid, wake_r)
+        run_driver(t, s, driver)
+    exec_init(pid)
 
 
-def run_driver(t, driver):
+def exec_init(driver_pid):
+    """B becomes codecage-init, which holds nothing of the template: the
+    driver's pipes closed, the control socket as its fd 3, the driver's
+    status pipe as fd 4; its image (a sealed memfd) is closed by the exec."""
+    try:
+        for fd in (FD_OUT, FD_ERR):
+            os.dup2(0, fd)
+        os.dup2(FD_CTL, INIT_CTL_FD)
+        os.dup2(FD_STATUS, INIT_STATUS_FD)
+        image = INIT_STATUS_FD + 1
+        os.dup2(FD_INIT, image, inheritable=False)
+        check(libc.syscall(SYS_CLOSE_RANGE, image + 1, 0xFFFFFFFF, 0), "close inherited fds")
+        os.execve(image, ["codecage-init", str(driver_pid)], {})
+    except BaseException:
+        pass
+    os._exit(125)  # the driver ends with us: the server sees its session go
+
+
+def run_driver(t, s, driver):
     try:
         os.setsid()
         # The driver's /proc/self is its own to read, as after an exec.
         libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
-        if t.rlimit_as:
-            resource.setrlimit(resource.RLIMIT_AS, (t.rlimit_as, t.rlimit_as))
-        os.chdir(t.workdir)
+        if s.rlimit_as:
+            resource.setrlimit(resource.RLIMIT_AS, (s.rlimit_as, s.rlimit_as))
+        os.chdir(s.workdir)
+        # The sandbox's environment, not the template's.
+        os.environ.clear()
+        os.environ.update(e.split("=", 1) for e in s.env if "=" in e)
         if "zygote-reseed" in t.disable:
             random.setstate(t.random_state)  # as a fork that reseeds nothing leaves it
         else:
@@ -424,45 +493,6 @@ def reseed():
     uu = sys.modules.get("uuid")
     if uu is not None:
         uu._last_timestamp = None
-
-
-def init_loop(child, wake_r):
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
-        signal.signal(sig, signal.SIG_IGN)
-    watch = [FD_CTL, wake_r]
-    while True:
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                os._exit(0)
-            if pid == 0:
-                break
-            if pid == child:
-                try:
-                    os.write(FD_STATUS, struct.pack("=ii", BOX_STATUS_EXITED, status))
-                finally:
-                    os._exit(0)  # the kernel ends what is left of the namespace
-        try:
-            ready = select.select(watch, [], [])[0]
-        except InterruptedError:
-            continue
-        if wake_r in ready:
-            try:
-                os.read(wake_r, 256)
-            except BlockingIOError:
-                pass
-        if FD_CTL in ready:
-            msg = os.read(FD_CTL, 64)
-            if not msg:
-                watch = [wake_r]
-            elif len(msg) == 12:
-                kind, _, sig = struct.unpack("=IIi", msg)
-                if kind == BOX_REQ_SIGNAL and 0 < sig < 65:
-                    try:
-                        os.killpg(child, sig)
-                    except OSError:
-                        pass
 
 
 def warm_up(driver):

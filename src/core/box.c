@@ -178,9 +178,15 @@ int box_start_template(const struct cage_spec *spec, struct cage_box **ret, stru
         return start(spec, true, ret, err);
 }
 
-struct cage_box *box_adopt(const struct cage_spec *spec, struct launcher *l, int ctl_fd)
+struct cage_box *box_adopt(const struct cage_spec *spec, struct launcher *l, int ctl_fd,
+                           char *const *envp)
 {
         struct cage_box *box = calloc(1, sizeof(*box));
+        if (box && (!(box->envp = copy_env(envp)) || !(box->workdir = strdup(spec->workdir)))) {
+                free(box->envp);
+                free(box);
+                box = NULL;
+        }
         if (!box) {
                 if (ctl_fd >= 0)
                         close(ctl_fd);

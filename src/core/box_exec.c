@@ -166,10 +166,6 @@ static void signal_exec(struct exec_state *st, int sig)
 
 static int submit(struct exec_state *st, struct cage_error *err)
 {
-        /* A zygote's sandbox has no codecage-init to start execs: its init
-         * only reaps and forwards signals to the session it was made with. */
-        if (st->box->adopted)
-                return cage_fail_plain(err, -ENOTSUP, "this sandbox runs only its Python session");
         _cleanup_free_ char *msg = malloc(sizeof(struct box_exec_request) + BOX_EXEC_BLOB_MAX);
         size_t len = 0;
         if (!msg)

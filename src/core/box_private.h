@@ -38,9 +38,11 @@ struct cage_cgroup *box_cgroup(struct cage_box *box);
  * capabilities there, with no seccomp filter (docs/SECURITY.md). */
 int box_start_template(const struct cage_spec *spec, struct cage_box **ret, struct cage_error *err);
 /* A box for a sandbox a zygote forked: pid 1 (our pidfd of it, not our
- * child), its cgroup and uid slot (moved from l), ctl_fd its init's signal
- * socket. Takes everything, also on failure (NULL). */
-struct cage_box *box_adopt(const struct cage_spec *spec, struct launcher *l, int ctl_fd);
+ * child; codecage-init), its cgroup and uid slot (moved from l), ctl_fd its
+ * init's control socket, envp the environment of its execs (copied). Takes
+ * everything, also on failure (NULL). */
+struct cage_box *box_adopt(const struct cage_spec *spec, struct launcher *l, int ctl_fd,
+                           char *const *envp);
 /* The session driver of such a box, already running: its output pipes and
  * its init's status pipe (box_proto.h records). Takes the fds. */
 struct cage_box_proc *box_proc_adopt(struct cage_box *box, int out_r, int err_r, int status_r);

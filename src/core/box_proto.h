@@ -19,10 +19,15 @@
 
 #include <stdint.h>
 
-#define BOX_CTL_FD        3
-#define BOX_EXEC_BLOB_MAX (128 * 1024) /* argv + env + cwd, NUL-separated */
-#define BOX_EXEC_ARGS_MAX 4096         /* argv + env entries */
-#define BOX_EXECS_MAX     64           /* concurrent execs per sandbox */
+#define BOX_CTL_FD 3
+/* A sandbox a zygote forked: its pid 1 runs `codecage-init PID` with the
+ * status pipe of the session driver it forked (pid PID inside) as this fd;
+ * init reports that process as the exec with id BOX_ADOPTED_EXEC_ID. */
+#define BOX_ADOPTED_STATUS_FD 4
+#define BOX_ADOPTED_EXEC_ID   0
+#define BOX_EXEC_BLOB_MAX     (128 * 1024) /* argv + env + cwd, NUL-separated */
+#define BOX_EXEC_ARGS_MAX     4096         /* argv + env entries */
+#define BOX_EXECS_MAX         64           /* concurrent execs per sandbox */
 
 enum box_request_kind {
         BOX_REQ_EXEC = 1,

@@ -69,7 +69,12 @@ static int create_cgroup(struct launcher *l, struct cage_error *err)
                 return 0;
         snprintf(name, sizeof(name), CGROUP_RUN_PREFIX "%d-%u", (int)getpid(),
                  __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED));
-        struct cgroup_limits lim = {.memory_bytes = l->spec->memory_bytes,
+        /* A zygote's template has no memory limit: what each child makes
+         * before it is moved into a group of its own (its task, its cloned
+         * namespaces) and the template's pages it still maps after the
+         * template wrote its own copy stay charged to the template's group,
+         * a little per live child. The template runs no code it is sent. */
+        struct cgroup_limits lim = {.memory_bytes = l->template_maps ? 0 : l->spec->memory_bytes,
                                     .cpus = l->spec->cpus,
                                     .pids = l->spec->pids};
         return cage_cgroup_create(&l->cg_host, name, &lim, &l->cg, err);

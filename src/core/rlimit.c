@@ -22,10 +22,19 @@ size_t rlimits_list(const struct launch_plan *plan, struct rlimit_setting *out)
         if (plan->disable & CAGE_DEBUG_NO_LIMITS)
                 return n;
         out[n++] = (struct rlimit_setting){RLIMIT_NOFILE, s->nofile, s->nofile, "rlimit nofile"};
-        out[n++] = (struct rlimit_setting){RLIMIT_NPROC, s->pids, s->pids, "rlimit nproc"};
-        out[n++] = (struct rlimit_setting){RLIMIT_MEMLOCK, 64 * 1024, 64 * 1024, "rlimit memlock"};
-        out[n++] =
-                (struct rlimit_setting){RLIMIT_MSGQUEUE, 64 * 1024, 64 * 1024, "rlimit msgqueue"};
+        /* The limits the kernel counts per user (processes, locked shared
+         * memory, message queues) are also checked in every ancestor user
+         * namespace against what its creator had: a zygote's template
+         * creates the namespaces of all its children, so with these limits
+         * all of them would share one sandbox's allowance. It keeps the
+         * server's; each child sets its own. */
+        if (!plan->nests_namespaces) {
+                out[n++] = (struct rlimit_setting){RLIMIT_NPROC, s->pids, s->pids, "rlimit nproc"};
+                out[n++] = (struct rlimit_setting){RLIMIT_MEMLOCK, 64 * 1024, 64 * 1024,
+                                                   "rlimit memlock"};
+                out[n++] = (struct rlimit_setting){RLIMIT_MSGQUEUE, 64 * 1024, 64 * 1024,
+                                                   "rlimit msgqueue"};
+        }
         if (s->cpu_time_ms) {
                 /* Whole seconds, rounded up; the supervisor enforces the
                  * exact total for the whole tree through the cgroup. */

@@ -3,17 +3,23 @@
  *
  * Start: a template box (box_start_template), then the zygote as its one
  * exec (`python3 -I -c <zygote> <driver>`, fd 3 our SOCK_SEQPACKET control
- * socket), a hello with everything the children apply (ids, workdir, the
- * scratch tmpfs options, rlimits, /proc masks, the seccomp program), and
+ * socket), a hello with what every child applies (ids, /proc masks, the
+ * seccomp program), and
  * its answer: ready, or why this python cannot be a zygote.
  *
  * Fork: a uid slot and a cgroup with the spec's limits for the child first
- * (a launcher's pieces), a spawn request with the child's six fds, then the
- * child's "p" on its sync socket: the kernel stamps that message with the
- * sender's pid as we see it (SO_PASSCRED), which is how we find pid 1 of the
- * new sandbox without trusting anything the template says. We check its
- * uid is the slot's, take a pidfd, move it into the cgroup and answer "c";
- * only then does the child drop its privileges and fork the driver. */
+ * (a launcher's pieces), a spawn request with what the child applies of
+ * its own spec (environment, rlimits, scratch size, working directory) and
+ * its fds (stdio, session channel, sync, init's control socket and status
+ * pipe, the codecage-init image, its workspace as a detached mount), then the
+ * child's "p" on its sync socket, its first act: the kernel stamps that
+ * message with the sender's pid as we see it (SO_PASSCRED), which is how we
+ * find pid 1 of the new sandbox without trusting anything the template
+ * says. We take a pidfd, move it into the cgroup and answer "c"; only then
+ * does the child take its ids, make its network namespace and mounts
+ * (charged to its own group), drop its privileges and say "r", which we
+ * accept only from that pid with the slot's uid and gid. Then it forks the
+ * driver. */
 #include "zygote.h"
 
 #include <errno.h>
@@ -31,6 +37,8 @@
 #include <jansson.h>
 
 #include "box_private.h"
+#include "idmap.h"
+#include "init_image.h"
 #include "launcher.h"
 #include "plan.h"
 #include "seccomp.h"
@@ -42,9 +50,9 @@
 extern const char cage_zygote_source[];
 extern const char cage_zygote_source_end[];
 
-#define ZYGOTE_START_MS 10000 /* the template's python3 loads the driver */
-#define ZYGOTE_FORK_MS  10000 /* a fork: namespaces, mounts */
-#define HELLO_MAX       (256 * 1024)
+#define ZYGOTE_START_MS  10000        /* the template's python3 loads the driver */
+#define ZYGOTE_FORK_MS   10000        /* a fork: namespaces, mounts */
+#define ZYGOTE_SPAWN_MAX (192 * 1024) /* runtime/python/codecage_zygote.py reads 256 KiB */
 
 /* Protections the unsafe debug build can switch off (CODECAGE_DEBUG_DISABLE
  * naming "zygote-uid": every child shares the template's host uid;
@@ -117,26 +125,21 @@ static json_t *seccomp_hex(struct cage_error *err)
 static char *hello_text(const struct cage_spec *spec, struct cage_error *err)
 {
         struct launch_plan plan = {0};
-        struct cgroup_host host;
-        if (plan_build(&plan, spec, err) < 0 || launch_detect_cgroups(&host, err) < 0) {
+        if (plan_build(&plan, spec, err) < 0) {
                 plan_free(&plan);
                 return NULL;
         }
-        bool rlimit_as = host.backend == CGROUP_BACKEND_NONE || !host.has_memory;
         const char *const *ro, *const *hidden;
         size_t n_ro, n_hidden;
         rootfs_proc_dirs(&ro, &n_ro, &hidden, &n_hidden);
         json_t *hex = seccomp_hex(err);
-        json_t *o =
-                hex ? json_pack("{s:i, s:i, s:s, s:s, s:o, s:I, s:o, s:o, s:o, s:o, s:s}", "uid",
-                                (int)spec->uid, "gid", (int)spec->gid, "workdir", spec->workdir,
-                                "scratch_opts", plan.scratch_opts, "rlimits", rlimits_json(&plan),
-                                "rlimit_as", (json_int_t)(rlimit_as ? spec->memory_bytes : 0),
-                                "proc_masked", string_array(plan.proc_masked, plan.n_proc_masked),
-                                "proc_readonly", string_array(ro, n_ro), "proc_hidden",
-                                string_array(hidden, n_hidden), "seccomp", hex, "disable",
-                                debug_disable())
-                    : NULL;
+        json_t *o = hex ? json_pack("{s:i, s:i, s:o, s:o, s:o, s:o, s:s}", "uid", (int)spec->uid,
+                                    "gid", (int)spec->gid, "proc_masked",
+                                    string_array(plan.proc_masked, plan.n_proc_masked),
+                                    "proc_readonly", string_array(ro, n_ro), "proc_hidden",
+                                    string_array(hidden, n_hidden), "seccomp", hex, "disable",
+                                    debug_disable())
+                        : NULL;
         plan_free(&plan);
         char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
         json_decref(o);
@@ -253,10 +256,10 @@ int cage_zygote_start(const struct cage_spec *spec, const char *driver, size_t d
 
 /* ---- fork ---- */
 
-enum { C_OUT, C_ERR, C_CHAN, C_SYNC, C_CTL, C_STATUS, C_COUNT };
+enum { C_OUT, C_ERR, C_CHAN, C_SYNC, C_CTL, C_STATUS, C_INIT, C_WORKSPACE, C_COUNT };
 
 struct fork_fds {
-        int child[C_COUNT]; /* what the zygote hands to the child */
+        int child[C_COUNT]; /* what the zygote hands to the child (C_WORKSPACE: -1 without) */
         int out_r, err_r, chan, sync, ctl, status_r;
 };
 
@@ -294,7 +297,11 @@ static int pipe_to_us(int *ours, int *theirs)
 
 static int make_fds(struct fork_fds *f, struct cage_error *err)
 {
-        int one = 1, r;
+        int one = 1, r, image = cage_init_image_fd(err);
+        if (image < 0)
+                return image;
+        if ((f->child[C_INIT] = fcntl(image, F_DUPFD_CLOEXEC, 3)) < 0)
+                return cage_fail(err, -errno, "zygote: the init image");
         if ((r = pipe_to_us(&f->out_r, &f->child[C_OUT])) < 0 ||
             (r = pipe_to_us(&f->err_r, &f->child[C_ERR])) < 0 ||
             (r = pipe_to_us(&f->status_r, &f->child[C_STATUS])) < 0 ||
@@ -307,42 +314,90 @@ static int make_fds(struct fork_fds *f, struct cage_error *err)
         return 0;
 }
 
-static int send_spawn(struct cage_zygote *z, const struct id_slot *slot, struct fork_fds *f,
+/* The sandbox's own workspace, as every launch takes it (launcher.c): a
+ * detached tree idmapped to its uid slot, else a plain bind. */
+static int open_workspace(const struct cage_spec *spec, const struct id_slot *slot,
+                          struct fork_fds *f, struct cage_error *err)
+{
+        if (!spec->n_mounts)
+                return 0;
+        const struct cage_mount *m = &spec->mounts[0];
+        int fd = idmap_mount_open(m->source, slot->host_uid, slot->host_gid, m->writable, NULL);
+        if (fd < 0)
+                fd = bind_tree_open(m->source, m->writable, err);
+        if (fd < 0)
+                return fd;
+        f->child[C_WORKSPACE] = fd;
+        return 0;
+}
+
+/* What this child applies of its own spec: from the same plan a launch
+ * builds (environment, rlimits, scratch size, working directory). */
+static char *spawn_text(const struct launch_plan *plan, const struct launcher *l,
+                        const struct id_slot *ids, bool shared, struct cage_error *err)
+{
+        const struct cage_spec *spec = plan->spec;
+        bool rlimit_as = l->cg_host.backend == CGROUP_BACKEND_NONE || !l->cg_host.has_memory;
+        json_t *env = json_array();
+        for (size_t i = 0; env && plan->envp[i]; i++)
+                json_array_append_new(env, json_string(plan->envp[i]));
+        json_auto_t *o = json_pack(
+                "{s:s, s:I, s:I, s:b, s:s, s:s, s:o, s:I, s:o, s:b}", "op", "spawn", "host_uid",
+                (json_int_t)ids->host_uid, "host_gid", (json_int_t)ids->host_gid, "shared", shared,
+                "workdir", spec->workdir, "scratch_opts", plan->scratch_opts, "rlimits",
+                rlimits_json(plan), "rlimit_as", (json_int_t)(rlimit_as ? spec->memory_bytes : 0),
+                "env", env, "workspace", spec->n_mounts > 0);
+        char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+        if (!text) {
+                cage_fail(err, -ENOMEM, "zygote");
+        } else if (strlen(text) > ZYGOTE_SPAWN_MAX) {
+                free(text);
+                text = NULL;
+                cage_fail_plain(err, -E2BIG, "zygote: the sandbox's environment is too large");
+        }
+        return text;
+}
+
+static int send_spawn(struct cage_zygote *z, const char *text, struct fork_fds *f,
                       struct cage_error *err)
 {
-        char msg[128];
-        int len = snprintf(msg, sizeof(msg),
-                           "{\"op\":\"spawn\",\"host_uid\":%u,\"host_gid\":%u,\"shared\":%s}",
-                           (unsigned)slot->host_uid, (unsigned)slot->host_gid,
-                           slot == &z->shared ? "true" : "false");
+        int fds[C_COUNT];
+        size_t n = 0;
+        for (int i = 0; i < C_COUNT; i++)
+                if (f->child[i] >= 0)
+                        fds[n++] = f->child[i];
         char control[CMSG_SPACE(sizeof(int) * C_COUNT)] = {0};
-        struct iovec iov = {.iov_base = msg, .iov_len = (size_t)len};
+        struct iovec iov = {.iov_base = (void *)text, .iov_len = strlen(text)};
         struct msghdr mh = {.msg_iov = &iov,
                             .msg_iovlen = 1,
                             .msg_control = control,
-                            .msg_controllen = sizeof(control)};
+                            .msg_controllen = CMSG_SPACE(sizeof(int) * n)};
         struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
         c->cmsg_level = SOL_SOCKET;
         c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(sizeof(int) * C_COUNT);
-        memcpy(CMSG_DATA(c), f->child, sizeof(int) * C_COUNT);
+        c->cmsg_len = CMSG_LEN(sizeof(int) * n);
+        memcpy(CMSG_DATA(c), fds, sizeof(int) * n);
         pthread_mutex_lock(&z->lock);
-        ssize_t n = z->dead ? -1 : sendmsg(z->ctl, &mh, MSG_NOSIGNAL);
-        if (n < 0)
+        ssize_t sent = z->dead ? -1 : sendmsg(z->ctl, &mh, MSG_NOSIGNAL);
+        int e = errno;
+        if (sent < 0 && e != EMSGSIZE && e != ENOBUFS)
                 z->dead = true;
         pthread_mutex_unlock(&z->lock);
         for (int i = 0; i < C_COUNT; i++)
                 close_fd(&f->child[i]);
-        return n < 0 ? cage_fail_plain(err, -ESRCH, "zygote: the template is gone") : 0;
+        if (sent < 0 && (e == EMSGSIZE || e == ENOBUFS))
+                return cage_fail(err, -E2BIG, "zygote: the spawn request");
+        return sent < 0 ? cage_fail_plain(err, -ESRCH, "zygote: the template is gone") : 0;
 }
 
-/* The child's "p": its pid (as we see it) and uid from the kernel. */
-static int wait_placed(struct fork_fds *f, const struct id_slot *slot, pid_t *ret,
-                       struct cage_error *err)
+/* One message of the child on its sync socket with its credentials from
+ * the kernel (its pid as we see it, its ids); a failed launch step ("e"
+ * and its name) fails here. */
+static int recv_sync(struct fork_fds *f, char *buf, size_t size, struct ucred *cred,
+                     struct cage_error *err)
 {
-        char buf[256];
         char control[CMSG_SPACE(sizeof(struct ucred))];
-        struct iovec iov = {.iov_base = buf, .iov_len = sizeof(buf) - 1};
+        struct iovec iov = {.iov_base = buf, .iov_len = size - 1};
         struct msghdr mh = {.msg_iov = &iov,
                             .msg_iovlen = 1,
                             .msg_control = control,
@@ -362,13 +417,25 @@ static int wait_placed(struct fork_fds *f, const struct id_slot *slot, pid_t *re
                 return cage_fail_plain(err, -EIO, "zygote: sandbox launch step \"%s\" failed",
                                        buf + 1);
         struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-        if (got != 1 || buf[0] != 'p' || !c || c->cmsg_type != SCM_CREDENTIALS)
+        if (got != 1 || !c || c->cmsg_type != SCM_CREDENTIALS)
                 return cage_fail_plain(err, -EPROTO, "zygote: unexpected message");
+        memcpy(cred, CMSG_DATA(c), sizeof(*cred));
+        return 0;
+}
+
+/* The child's "p", sent before it has its own ids (it has the template's):
+ * its pid. */
+static int wait_placed(struct cage_zygote *z, struct fork_fds *f, pid_t *ret,
+                       struct cage_error *err)
+{
+        char buf[256];
         struct ucred cred;
-        memcpy(&cred, CMSG_DATA(c), sizeof(cred));
-        if (cred.pid <= 0 || cred.uid != slot->host_uid || cred.gid != slot->host_gid)
-                return cage_fail_plain(err, -EPROTO,
-                                       "zygote: the new sandbox is not the uid it was given");
+        int r = recv_sync(f, buf, sizeof(buf), &cred, err);
+        if (r < 0)
+                return r;
+        if (buf[0] != 'p' || cred.pid <= 0 || cred.uid != z->shared.host_uid ||
+            cred.gid != z->shared.host_gid)
+                return cage_fail_plain(err, -EPROTO, "zygote: unexpected message");
         *ret = cred.pid;
         return 0;
 }
@@ -388,42 +455,100 @@ static int place(struct launcher *l, struct fork_fds *f, pid_t pid, struct cage_
         }
         if (send(f->sync, "c", 1, MSG_NOSIGNAL) != 1)
                 return cage_fail(err, -errno, "zygote: waking the new sandbox");
-        close_fd(&f->sync);
         return 0;
 }
 
-int cage_zygote_fork(struct cage_zygote *z, struct cage_box **box, struct cage_box_proc **driver,
-                     int *chan, struct cage_error *err)
+/* Its "r": every step of its launch done (or the step that failed), sent
+ * by the process we placed, as the ids it was given. */
+static int wait_done(struct fork_fds *f, pid_t pid, const struct id_slot *ids,
+                     struct cage_error *err)
 {
+        char buf[256];
+        struct ucred cred;
+        int r = recv_sync(f, buf, sizeof(buf), &cred, err);
+        if (r < 0)
+                return r;
+        close_fd(&f->sync);
+        if (buf[0] != 'r' || cred.pid != pid || cred.uid != ids->host_uid ||
+            cred.gid != ids->host_gid)
+                return cage_fail_plain(err, -EPROTO,
+                                       "zygote: the new sandbox is not the uid it was given");
+        return 0;
+}
+
+/* The spec a child of z may have: the template's ids, and no mount but its
+ * workspace. */
+static int check_child_spec(const struct cage_zygote *z, struct cage_spec *child,
+                            struct cage_error *err)
+{
+        static char *const argv[] = {"python3", NULL};
+        child->argv = argv;
+        if (child->uid != z->spec.uid || child->gid != z->spec.gid)
+                return cage_fail_plain(err, -ENOTSUP, "zygote: not for this sandbox's user");
+        if (child->n_mounts > 1 ||
+            (child->n_mounts == 1 && strcmp(child->mounts[0].target, "/workspace") != 0))
+                return cage_fail_plain(err, -ENOTSUP, "zygote: not for sandboxes with mounts");
+        if (child->debug_disable)
+                return cage_fail_plain(err, -ENOTSUP, "zygote: not with protections switched off");
+        return cage_spec_validate(child, err);
+}
+
+/* The slot, the group with its limits (written while the child starts),
+ * the fds and the request. */
+static int spawn_child(struct cage_zygote *z, struct launcher *l, struct launch_plan *plan,
+                       struct fork_fds *f, pid_t *pid, struct cage_error *err)
+{
+        const struct id_slot *ids = strstr(debug_disable(), "zygote-uid") ? &z->shared : &l->slot;
+        _cleanup_free_ char *text = NULL;
+        int r = cage_id_slot_acquire(&l->slot, err);
+        if (r == 0)
+                r = launch_detect_cgroups(&l->cg_host, err);
+        if (r == 0)
+                r = plan_build(plan, l->spec, err);
+        if (r == 0 && !(text = spawn_text(plan, l, ids, ids == &z->shared, err)))
+                r = -E2BIG;
+        if (r == 0)
+                r = launcher_make_cgroup(l, err);
+        if (r == 0)
+                r = make_fds(f, err);
+        if (r == 0)
+                r = open_workspace(l->spec, &l->slot, f, err);
+        if (r == 0)
+                r = send_spawn(z, text, f, err);
+        if (r == 0)
+                r = wait_placed(z, f, pid, err);
+        if (r == 0)
+                r = place(l, f, *pid, err);
+        if (r == 0)
+                r = wait_done(f, *pid, ids, err);
+        return r;
+}
+
+int cage_zygote_fork(struct cage_zygote *z, const struct cage_spec *spec, struct cage_box **box,
+                     struct cage_box_proc **driver, int *chan, struct cage_error *err)
+{
+        struct cage_spec child = spec ? *spec : z->spec;
+        int r = check_child_spec(z, &child, err);
+        if (r < 0)
+                return r;
         struct launcher l;
+        struct launch_plan plan = {0};
         struct fork_fds f = {
                 .out_r = -1, .err_r = -1, .chan = -1, .sync = -1, .ctl = -1, .status_r = -1};
         for (int i = 0; i < C_COUNT; i++)
                 f.child[i] = -1;
-        launcher_init(&l, &z->spec);
+        launcher_init(&l, &child);
         pid_t pid = 0;
-        int r = cage_id_slot_acquire(&l.slot, err);
-        if (r == 0)
-                r = launch_detect_cgroups(&l.cg_host, err);
-        /* The group is made (and its limits written) while the child starts. */
-        if (r == 0)
-                r = launcher_make_cgroup(&l, err);
-        if (r == 0)
-                r = make_fds(&f, err);
-        const struct id_slot *ids = strstr(debug_disable(), "zygote-uid") ? &z->shared : &l.slot;
-        if (r == 0)
-                r = send_spawn(z, ids, &f, err);
-        if (r == 0)
-                r = wait_placed(&f, ids, &pid, err);
-        if (r == 0)
-                r = place(&l, &f, pid, err);
+        r = spawn_child(z, &l, &plan, &f, &pid, err);
         if (r < 0) {
+                plan_free(&plan);
                 launcher_release(&l);
                 fork_fds_close(&f);
                 return r;
         }
-        struct cage_box *b = box_adopt(&z->spec, &l, f.ctl);
+        struct cage_box *b = box_adopt(&child, &l, f.ctl, plan.envp);
         f.ctl = -1;
+        plan_free(&plan);
         struct cage_box_proc *p = b ? box_proc_adopt(b, f.out_r, f.err_r, f.status_r) : NULL;
         f.out_r = f.err_r = f.status_r = -1;
         if (!p) {

@@ -4,10 +4,11 @@
  * session driver and never runs code it is sent; for each sandbox it forks a
  * process into fresh user, pid, mount, net, ipc and uts namespaces whose
  * sandbox user maps to a host uid slot of its own, with its own mounts
- * (/proc, devpts, scratch tmpfs); we put it into its own cgroup with the
- * spec's limits, then it unshares its cgroup namespace, applies the rlimits,
+ * (/proc, devpts, scratch tmpfs, its workspace); we put it into its own
+ * cgroup with the spec's limits, then it unshares its cgroup namespace, applies the rlimits,
  * drops every capability, sets no_new_privs and installs the same seccomp
- * program as every sandbox before the driver says "ready". What the children
+ * program as every sandbox, forks the driver and execs codecage-init, pid 1
+ * of every long-lived sandbox, before the driver says "ready". What the children
  * of one template share (the address-space layout, the interpreter's hash
  * secret, the modules it loaded) is listed in docs/SECURITY.md.
  *
@@ -31,9 +32,13 @@ struct cage_zygote;
 int cage_zygote_start(const struct cage_spec *spec, const char *driver, size_t driver_len,
                       struct cage_zygote **ret, struct cage_error *err);
 /* One fresh sandbox with its driver running (not yet "ready": the caller
- * reads that from *chan). */
-int cage_zygote_fork(struct cage_zygote *z, struct cage_box **box, struct cage_box_proc **driver,
-                     int *chan, struct cage_error *err);
+ * reads that from *chan). spec: the sandbox's own limits, environment,
+ * working directory and workspace (its one mount, at /workspace), on the
+ * template's image and user; NULL: the template's spec. -ENOTSUP when
+ * spec is not one the template can make (another user, other mounts),
+ * -E2BIG when its environment does not fit in a request. */
+int cage_zygote_fork(struct cage_zygote *z, const struct cage_spec *spec, struct cage_box **box,
+                     struct cage_box_proc **driver, int *chan, struct cage_error *err);
 /* The template's box (to tie an image lease to its life). */
 struct cage_box *cage_zygote_template(struct cage_zygote *z);
 /* Whether the template still serves forks. */

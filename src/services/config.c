@@ -1227,6 +1227,9 @@ static int parse_scalars(json_t *root, struct cage_config *cfg, struct cage_erro
         if (r < 0)
                 return r;
         cfg->pool_size = r ? (uint32_t)v : 2;
+        cfg->fork_sandboxes = true;
+        if ((r = get_bool(root, "", "fork_sandboxes", &cfg->fork_sandboxes, err)) < 0)
+                return r;
         r = config_get_number(root, "", "drain_timeout_s", NUM_U64, 0, DRAIN_MAX, &v, err);
         if (r < 0)
                 return r;
@@ -1324,6 +1327,7 @@ static int config_from_json(json_t *root, struct cage_config **ret, struct cage_
                                            "idle_timeout_s",
                                            "audit_log",
                                            "pool_size",
+                                           "fork_sandboxes",
                                            "upstream_servers",
                                            "network",
                                            "pip",

@@ -174,6 +174,7 @@ struct cage_config {
         uint64_t drain_timeout_s;            /* SIGTERM: how long running calls may go on */
         struct cage_quotas quotas;           /* every tenant's, unless its entry says otherwise */
         uint32_t pool_size;                  /* warm sandboxes kept for one-shot Python runs */
+        bool fork_sandboxes;                 /* named sandboxes forked from their image's zygote */
         struct cage_pool_image *pool_images; /* the `pool` section: warm sandboxes per image */
         size_t n_pool_images;
         json_t *upstream_servers; /* validated [{name, command, allow?}] or NULL */

@@ -49,7 +49,7 @@ static int start_fresh(struct cage_service *svc, const char *tenant, bool sessio
         int r = svc_requirements_prepare(svc, o->spec, tenant, &o->requirements, &o->failed, err);
         if (r < 0 || o->failed)
                 return r;
-        r = svc_box_start(svc, o->spec, NULL, tenant, NULL, NULL, io, &o->box, err);
+        r = svc_box_start(svc, o->spec, NULL, tenant, NULL, NULL, io, &o->box, NULL, err);
         if (r == 0 && session)
                 r = svc_session_start(o->box, o->spec->image, &o->session, err);
         return r;

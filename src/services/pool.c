@@ -168,7 +168,7 @@ static int fork_entry(struct cage_zygote *z, struct pool_entry *e)
         int chan;
         /* No lower CPU weight while it warms up (as for a start): a fork needs
          * a millisecond or two of CPU, and a starved refill empties the pool. */
-        int r = cage_zygote_fork(z, &e->box, &driver, &chan, NULL);
+        int r = cage_zygote_fork(z, NULL, &e->box, &driver, &chan, NULL);
         if (r == 0)
                 r = cage_session_adopt(e->box, driver, chan, &e->session, NULL);
         return r;

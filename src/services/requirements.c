@@ -187,7 +187,8 @@ static int run_pip(struct cage_service *svc, const struct svc_spec *user, const 
                 return cage_fail(err, -ENOMEM, "requirements");
         int r = install_spec(svc, user, &ispec, err);
         if (r == 0)
-                r = svc_box_start(svc, ispec, dir, tenant, NULL, "requirements", NULL, &box, err);
+                r = svc_box_start(svc, ispec, dir, tenant, NULL, "requirements", NULL, &box, NULL,
+                                  err);
         if (r == 0) {
                 struct cage_exec ex = {.argv = argv,
                                        .env = env,

@@ -299,9 +299,25 @@ int svc_workspace_fd(struct sb *sb, struct cage_error *err)
         return fd < 0 ? cage_fail(err, -errno, "opening the workspace") : fd;
 }
 
+/* Forked from the image's zygote with its session loaded (*session) where
+ * one can make it, else started as every sandbox (*session stays NULL). */
+static int launch_box(struct cage_service *svc, const struct svc_spec *spec,
+                      const struct cage_spec *cs, struct cage_box **ret,
+                      struct cage_session **session, struct cage_error *err)
+{
+        if (session) {
+                *session = NULL;
+                struct cage_error why = {0};
+                if (svc_zygote_fork(svc, spec, cs, ret, session, &why) == 0)
+                        return 0;
+        }
+        return cage_box_start(cs, ret, err);
+}
+
 int svc_box_start(struct cage_service *svc, const struct svc_spec *spec, const char *workspace,
                   const char *tenant, const char *name, const char *phase,
-                  const struct cage_service_io *io, struct cage_box **ret, struct cage_error *err)
+                  const struct cage_service_io *io, struct cage_box **ret,
+                  struct cage_session **session, struct cage_error *err)
 {
         _cleanup_free_ char *env = NULL;
         struct cage_spec cs;
@@ -317,7 +333,7 @@ int svc_box_start(struct cage_service *svc, const struct svc_spec *spec, const c
         if (r == 0 && gated)
                 r = svc_launch_acquire(svc, io, err);
         if (r == 0) {
-                r = cage_box_start(&cs, ret, err);
+                r = launch_box(svc, spec, &cs, ret, session, err);
                 if (gated)
                         svc_launch_release(svc);
         }
@@ -329,6 +345,8 @@ int svc_box_start(struct cage_service *svc, const struct svc_spec *spec, const c
         struct cage_egress_owner owner = {
                 .tenant = tenant, .sandbox = name, .labels = spec->labels, .phase = phase};
         r = cage_egress_attach(svc->egress, cage_box_pidfd(*ret), &spec->network, &owner, err);
+        if (r < 0 && session)
+                *session = cage_session_free(*session);
         if (r < 0)
                 *ret = cage_box_destroy(*ret);
         return r;
@@ -339,34 +357,15 @@ int svc_box_start(struct cage_service *svc, const struct svc_spec *spec, const c
 static int pool_start_box(void *ctx, const struct svc_spec *spec, struct cage_box **ret)
 {
         struct cage_error err = {0};
-        return svc_box_start(ctx, spec, NULL, NULL, NULL, "pool", NULL, ret, &err);
+        return svc_box_start(ctx, spec, NULL, NULL, NULL, "pool", NULL, ret, NULL, &err);
 }
 
-/* A zygote for a pool shelf: its template launched like every sandbox of
- * the spec, the image's lease tied to the template's life. Networked
- * policies have no zygote (their egress is attached per sandbox). */
+/* A zygote for a pool shelf (zygotes.c). Networked policies have none:
+ * their egress is attached per sandbox. */
 static int pool_start_zygote(void *ctx, const struct svc_spec *spec, struct cage_zygote **ret,
                              struct cage_error *err)
 {
-        struct cage_service *svc = ctx;
-        _cleanup_free_ char *env = NULL;
-        struct cage_spec cs;
-        struct svc_image_launch image = {0};
-        size_t len;
-        const char *driver = cage_session_driver_source(&len);
-        if (spec->network.n)
-                return cage_fail_plain(err, -ENOTSUP, "zygote: not for networked policies");
-        int r = svc_spec_check_tenant(spec, svc->cfg, NULL, err);
-        if (r == 0)
-                r = svc_image_acquire(svc, spec->image, NULL, NULL, &image, err);
-        if (r == 0)
-                r = svc_spec_to_cage(spec, svc->cfg, NULL, &image, &cs, &env, err);
-        if (r == 0)
-                r = cage_zygote_start(&cs, driver, len, ret, err);
-        if (r == 0)
-                svc_image_attach(cage_zygote_template(*ret), &image);
-        svc_image_release(&image);
-        return r;
+        return svc_zygote_start(ctx, spec, ret, NULL, err);
 }
 
 static int start_locked(struct sb *sb, struct cage_error *err)
@@ -394,7 +393,7 @@ static int start_locked(struct sb *sb, struct cage_error *err)
         if (r < 0)
                 return r;
         r = svc_box_start(svc, sb->spec, sb->workspace, sb->tenant, sb->name, NULL, NULL, &sb->box,
-                          err);
+                          &sb->forked_session, err);
         if (r < 0) {
                 svc_quota_sandbox_stop(svc, sb->tenant, sb->spec->memory_mib);
                 return r;
@@ -431,6 +430,7 @@ static void stop_locked(struct sb *sb, const char *how)
         while (sb->active > 0)
                 pthread_cond_wait(&sb->changed, &sb->lock);
         svc_drop_session(sb); /* no call uses it: active is 0 */
+        sb->forked_session = cage_session_free(sb->forked_session);
         svc_contexts_stop(sb);
         sb->box = cage_box_destroy(sb->box);
         svc_quota_sandbox_stop(sb->svc, sb->tenant, sb->spec ? sb->spec->memory_mib : 0);
@@ -968,7 +968,8 @@ static int open_parts(struct cage_service *svc, struct cage_error *err)
         if ((r = cage_egress_open(&cfg->network, svc->audit, &svc->egress, err)) < 0 ||
             (r = svc_layers_open(svc, err)) < 0)
                 return r;
-        if ((r = cage_pool_open(cfg, pool_start_box, pool_start_zygote, svc, &svc->pool, err)) <
+        if ((r = svc_zygotes_open(svc, err)) < 0 ||
+            (r = cage_pool_open(cfg, pool_start_box, pool_start_zygote, svc, &svc->pool, err)) <
                     0 ||
             (r = cage_upstreams_open(cfg->upstream_servers, &svc->upstreams, err)) < 0)
                 return r;
@@ -1057,6 +1058,7 @@ static void park_locked(struct sb *sb)
         if (pthread_mutex_trylock(&sb->py_lock) != 0)
                 return;
         cage_session_park(sb->session);
+        cage_session_park(sb->forked_session);
         svc_contexts_park(sb);
         pthread_mutex_unlock(&sb->py_lock);
 }
@@ -1128,6 +1130,7 @@ struct cage_service *cage_service_close(struct cage_service *svc)
                 sb_free(sb);
         }
         svc->pool = cage_pool_close(svc->pool);
+        svc_zygotes_close(svc);
         svc->upstreams = cage_upstreams_close(svc->upstreams);
         svc->egress = cage_egress_close(svc->egress);
         svc_layers_close(svc);

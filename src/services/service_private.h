@@ -59,6 +59,10 @@ struct sb {
         char *workspace;              /* the mounted workspace directory, or NULL */
         pthread_mutex_t py_lock;      /* one Python call at a time */
         struct cage_session *session; /* under py_lock; freed by stop (active == 0) */
+        /* The session a sandbox forked from its image's zygote came with:
+         * set by start (sb->lock, no call active), taken by the first
+         * Python call (py_lock), which only then counts it as a session. */
+        struct cage_session *forked_session;
         struct svc_context contexts[SVC_CONTEXTS_MAX];
         struct log_ring logs;
         struct sb *next, *prev; /* the registry's list */
@@ -80,6 +84,7 @@ struct cage_service {
         char *runs_base; /* <data_dir>/runs */
         enum cage_workspace_backend ws_backend;
         struct cage_pool *pool;
+        struct svc_zygotes *zygotes; /* named sandboxes' templates (zygotes.c) */
         struct cage_upstreams *upstreams;
         struct cage_egress *egress;
         struct svc_layers *layers;       /* installed pip requirements (requirements.c) */
@@ -180,10 +185,27 @@ int svc_workspace_fd(struct sb *sb, struct cage_error *err);
 /* Starts a box for spec (the requirements layer, if any, already in
  * spec->requirements_dir) and, when the spec lists hosts, its egress proxy,
  * audited as tenant/name (name NULL for one-shot runs; phase NULL but for
- * internal phases). */
+ * internal phases). With session, a sandbox its image's zygote can make is
+ * forked from it, its Python session in *session (else NULL). */
 int svc_box_start(struct cage_service *svc, const struct svc_spec *spec, const char *workspace,
                   const char *tenant, const char *name, const char *phase,
-                  const struct cage_service_io *io, struct cage_box **ret, struct cage_error *err);
+                  const struct cage_service_io *io, struct cage_box **ret,
+                  struct cage_session **session, struct cage_error *err);
+
+/* Zygotes (zygotes.c): a template for spec (the pool's shelves; *rootfs,
+ * if asked, the image root it runs), and the named sandboxes' templates,
+ * one per image: svc_zygote_fork makes a sandbox of spec (cs: its launch
+ * spec) with its session ready, or fails (-ENOTSUP: none can) and the
+ * caller starts it as every sandbox. */
+int svc_zygote_start(struct cage_service *svc, const struct svc_spec *spec,
+                     struct cage_zygote **ret, char **rootfs, struct cage_error *err);
+int svc_zygotes_open(struct cage_service *svc, struct cage_error *err);
+void svc_zygotes_close(struct cage_service *svc);
+int svc_zygote_fork(struct cage_service *svc, const struct svc_spec *spec,
+                    const struct cage_spec *cs, struct cage_box **box,
+                    struct cage_session **session, struct cage_error *err);
+/* Each image's template: running, sandboxes made, the last error. */
+json_t *svc_zygotes_stats(struct cage_service *svc);
 
 /* Images (service_images.c): the store, and an image for a launch — got,
  * or pulled on first use when the pull policy allows (progress through

@@ -268,7 +268,10 @@ static int session_of(struct sb *sb, struct cage_box *box, const char *id,
         if (!*slot) {
                 if (!id && (r = svc_quota_session_start(sb->svc, sb->tenant, err)) < 0)
                         return r;
-                r = svc_session_start(box, sb->spec->image, slot, err);
+                if (!id && sb->forked_session)
+                        *slot = TAKE_PTR(sb->forked_session);
+                else
+                        r = svc_session_start(box, sb->spec->image, slot, err);
                 if (r < 0 && !id)
                         svc_quota_session_end(sb->svc, sb->tenant);
         }
@@ -398,7 +401,10 @@ int cage_service_python_run(struct cage_service *svc, const char *tenant, const 
 
 json_t *cage_service_pool_stats(struct cage_service *svc)
 {
-        return cage_pool_stats(svc->pool);
+        json_t *st = cage_pool_stats(svc->pool);
+        if (st)
+                json_object_set_new(st, "sandbox_zygotes", svc_zygotes_stats(svc));
+        return st;
 }
 
 /* ---- variables ---- */
