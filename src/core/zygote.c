@@ -72,7 +72,8 @@ static const char *debug_disable(void)
 }
 
 struct cage_zygote {
-        struct cage_spec spec; /* the children's; only its numbers are read after the start */
+        struct cage_spec spec; /* the children's, with its strings in `strings` */
+        char *strings;
         struct id_slot shared; /* zygote-uid (unsafe debug builds): the template's ids */
         struct cage_box *box;  /* the template */
         struct cage_box_proc *proc;
@@ -82,6 +83,39 @@ struct cage_zygote {
 };
 
 /* ---- start ---- */
+
+static const char *keep(char **pos, const char *s)
+{
+        if (!s)
+                return NULL;
+        size_t n = strlen(s) + 1;
+        const char *copy = memcpy(*pos, s, n);
+        *pos += n;
+        return copy;
+}
+
+/* The children's spec outlives the caller's strings (forks without a spec
+ * of their own build their plan from it): its image, working directory,
+ * environment and debug step are copied. */
+static int keep_spec_strings(struct cage_zygote *z)
+{
+        struct cage_spec *s = &z->spec;
+        const char *one[] = {s->image, s->workdir, s->debug_fail_step};
+        size_t bytes = 0;
+        for (size_t i = 0; i < sizeof(one) / sizeof(one[0]); i++)
+                bytes += one[i] ? strlen(one[i]) + 1 : 0;
+        for (size_t i = 0; i < s->n_env; i++)
+                bytes += strlen(s->env[i]) + 1;
+        char *pos = z->strings = malloc(bytes ? bytes : 1);
+        if (!pos)
+                return -ENOMEM;
+        s->image = keep(&pos, s->image);
+        s->workdir = keep(&pos, s->workdir);
+        s->debug_fail_step = keep(&pos, s->debug_fail_step);
+        for (size_t i = 0; i < s->n_env; i++)
+                s->env[i] = keep(&pos, s->env[i]);
+        return 0;
+}
 
 static json_t *string_array(const char *const *v, size_t n)
 {
@@ -232,6 +266,10 @@ int cage_zygote_start(const struct cage_spec *spec, const char *driver, size_t d
         z->spec = child;
         z->ctl = -1;
         pthread_mutex_init(&z->lock, NULL);
+        if (keep_spec_strings(z) < 0) {
+                cage_zygote_free(z);
+                return cage_fail(err, -ENOMEM, "zygote");
+        }
         /* The template is root in its user namespace (the slot's host id):
          * its exec keeps the capabilities it needs to make namespaces. */
         struct cage_spec tspec = *spec;
@@ -586,6 +624,7 @@ struct cage_zygote *cage_zygote_free(struct cage_zygote *z)
         cage_box_proc_free(z->proc);
         cage_box_destroy(z->box);
         pthread_mutex_destroy(&z->lock);
+        free(z->strings);
         free(z);
         return NULL;
 }
