@@ -1,0 +1,89 @@
+"""Named sandboxes forked from their image's zygote (src/services/zygotes.c):
+`GET /v1/pool`'s `sandbox_zygotes` counts the forks of each image's
+template; a stopped and started sandbox is forked again with its workspace
+kept; its execs get its environment; and with `fork_sandboxes: false`
+sandboxes start as before and work the same. The attacks on forked named
+sandboxes are in tests/security/test_named_zygote_attacks.py."""
+import os
+import uuid
+
+import pytest
+
+from serverlib import Server
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the server's workspaces need root")
+
+IMAGE = "host"  # the image a spec without one gets
+
+
+@pytest.fixture
+def server(tmp_path):
+    s = Server(tmp_path)
+    yield s
+    s.stop()
+
+
+def forks(server):
+    for z in server.ok("GET", "/v1/pool")["sandbox_zygotes"]:
+        if z["image"] == IMAGE:
+            return z["forks"]
+    return 0
+
+
+def python(server, name, code):
+    r = server.ok("POST", f"/v1/sandboxes/{name}/python", {"code": code})
+    assert r["status"] == "ok", r
+    return r
+
+
+def sh(server, name, script):
+    r = server.ok("POST", f"/v1/sandboxes/{name}/exec", {"script": script})
+    assert r["status"] == "ok", r
+    return r
+
+
+def test_stop_and_start_forks_again_and_keeps_the_workspace(server):
+    name = "s" + uuid.uuid4().hex[:8]
+    server.ok("POST", "/v1/sandboxes", {"name": name})
+    assert forks(server) == 1
+    stamp = uuid.uuid4().hex
+    python(server, name, f"open('/workspace/kept.txt', 'w').write({stamp!r})\nx = 1")
+
+    assert server.ok("POST", f"/v1/sandboxes/{name}/stop")["state"] == "stopped"
+    assert server.ok("POST", f"/v1/sandboxes/{name}/start")["state"] == "running"
+    assert forks(server) == 2  # started again: a new fork
+
+    # A new session (its variables gone), the same workspace.
+    r = python(server, name, "open('/workspace/kept.txt').read(), 'x' in globals()")
+    assert r["return_value"] == [stamp, False], r
+    assert sh(server, name, "cat /workspace/kept.txt")["stdout"] == stamp
+    got = server.request("GET", f"/v1/sandboxes/{name}/files/kept.txt")
+    assert got.status == 200 and got.body == stamp.encode(), (got.status, got.body)
+
+
+def test_execs_of_a_forked_sandbox_get_its_environment(server):
+    name = "s" + uuid.uuid4().hex[:8]
+    value = uuid.uuid4().hex
+    server.ok("POST", "/v1/sandboxes", {"name": name, "env": {"MODE": value}})
+    assert forks(server) == 1
+    assert sh(server, name, 'printf %s "$MODE"')["stdout"] == value
+    assert python(server, name, "import os\nos.environ['MODE']")["return_value"] == value
+    # The exec's own env comes on top of the sandbox's.
+    r = server.ok("POST", f"/v1/sandboxes/{name}/exec",
+                  {"script": 'printf "%s %s" "$MODE" "$EXTRA"', "env": {"EXTRA": "x"}})
+    assert r["stdout"] == f"{value} x", r
+
+
+def test_with_fork_sandboxes_false_sandboxes_start_as_before(tmp_path):
+    server = Server(tmp_path, extra={"fork_sandboxes": False})
+    try:
+        name = "s" + uuid.uuid4().hex[:8]
+        value = uuid.uuid4().hex
+        server.ok("POST", "/v1/sandboxes", {"name": name, "env": {"MODE": value}})
+        r = python(server, name, "import os\n6 * 7, os.environ['MODE'], os.getuid()")
+        assert r["return_value"] == [42, value, 1000], r
+        out = sh(server, name, 'cat /proc/1/comm; printf %s "$MODE"')["stdout"]
+        assert out == f"codecage-init\n{value}", out
+        assert forks(server) == 0, server.ok("GET", "/v1/pool")["sandbox_zygotes"]
+    finally:
+        server.stop()
