@@ -11,10 +11,11 @@ message each) and answers nothing but "ready" or "error".
 
   hello (JSON, once)  uid, gid, the /proc masks, the seccomp program (hex)
   spawn (JSON + fds)  host_uid, host_gid and the sandbox's own: workdir,
-                      scratch tmpfs options, rlimits, environment; fds
-                      stdout, stderr, channel, sync, ctl, status, the
-                      codecage-init image, and the workspace (a detached
-                      mount) when it has one
+                      scratch tmpfs options, rlimits; fds stdout, stderr,
+                      channel, sync, ctl, status, the codecage-init image,
+                      the environment (a sealed memfd only the child
+                      reads), and the workspace (a detached mount) when it
+                      has one
 
 Each spawn is one clone(2) straight into fresh user, mount, ipc, uts and
 pid namespaces: the child (B) is pid 1 of its pid namespace and waits
@@ -53,13 +54,15 @@ import sys
 import types
 
 CTL_FD = 3
-CHILD_FDS = ("stdout", "stderr", "channel", "sync", "ctl", "status", "init")
+CHILD_FDS = ("stdout", "stderr", "channel", "sync", "ctl", "status", "init", "env")
 # Where a child keeps them, in this order from fd 1; then the pipe of its id
 # maps and the workspace's detached mount, if it has one.
-FD_OUT, FD_ERR, FD_CHAN, FD_SYNC, FD_CTL, FD_STATUS, FD_INIT, FD_MAPPED, FD_WORKSPACE = range(1, 10)
+(FD_OUT, FD_ERR, FD_CHAN, FD_SYNC, FD_CTL, FD_STATUS, FD_INIT, FD_ENV, FD_MAPPED,
+ FD_WORKSPACE) = range(1, 11)
 # codecage-init's fds (src/core/box_proto.h): BOX_CTL_FD, BOX_ADOPTED_STATUS_FD.
 INIT_CTL_FD, INIT_STATUS_FD = 3, 4
-SPAWN_MAX = 1 << 18  # a spawn request, environment included
+SPAWN_MAX = 1 << 16  # a spawn request
+ENV_MAX = 1 << 20  # the sandbox's environment (the server's bound is lower)
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWCGROUP = 0x02000000
@@ -164,7 +167,7 @@ class Template:
             if self.ctl not in select.select([self.ctl, wake_r], [], [])[0]:
                 drain(wake_r)
                 continue
-            msg, anc, flags, _ = self.ctl.recvmsg(SPAWN_MAX, socket.CMSG_SPACE(4 * 8))
+            msg, anc, flags, _ = self.ctl.recvmsg(SPAWN_MAX, socket.CMSG_SPACE(4 * 10))
             if not msg:
                 return
             fds = []
@@ -251,7 +254,6 @@ class Sandbox:
         self.scratch = str(req["scratch_opts"])
         self.rlimits = [tuple(int(v) for v in r) for r in req["rlimits"]]
         self.rlimit_as = int(req.get("rlimit_as", 0))
-        self.env = [str(e) for e in req["env"]]
         self.workspace = bool(req.get("workspace", False))
 
 
@@ -471,7 +473,7 @@ def run_driver(t, s, driver):
         os.chdir(s.workdir)
         # The sandbox's environment, not the template's.
         os.environ.clear()
-        os.environ.update(e.split("=", 1) for e in s.env if "=" in e)
+        os.environ.update(read_env())
         if "zygote-reseed" in t.disable:
             random.setstate(t.random_state)  # as a fork that reseeds nothing leaves it
         else:
@@ -482,6 +484,23 @@ def run_driver(t, s, driver):
         driver.main()
     finally:
         os._exit(0)
+
+
+def read_env():
+    """The sandbox's environment ("K=V" strings, NUL-separated) from the
+    sealed memfd the server wrote: the template only passed its fd on and
+    never read it, so no sandbox's variables or secrets are in the memory
+    every later child starts as a copy of."""
+    size = min(os.fstat(FD_ENV).st_size, ENV_MAX)
+    raw, off = bytearray(), 0
+    while off < size:
+        chunk = os.pread(FD_ENV, size - off, off)
+        if not chunk:
+            break
+        raw += chunk
+        off += len(chunk)
+    os.close(FD_ENV)
+    return (e.split("=", 1) for e in raw.decode(errors="surrogateescape").split("\0") if "=" in e)
 
 
 def reseed():

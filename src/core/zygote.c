@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -50,9 +51,11 @@
 extern const char cage_zygote_source[];
 extern const char cage_zygote_source_end[];
 
-#define ZYGOTE_START_MS  10000        /* the template's python3 loads the driver */
-#define ZYGOTE_FORK_MS   10000        /* a fork: namespaces, mounts */
-#define ZYGOTE_SPAWN_MAX (192 * 1024) /* runtime/python/codecage_zygote.py reads 256 KiB */
+#define ZYGOTE_START_MS 10000 /* the template's python3 loads the driver */
+#define ZYGOTE_FORK_MS  10000 /* a fork: namespaces, mounts */
+/* What runtime/python/codecage_zygote.py reads at most (SPAWN_MAX, ENV_MAX). */
+#define ZYGOTE_SPAWN_MAX (64 * 1024)
+#define ZYGOTE_ENV_MAX   (1024 * 1024)
 
 /* Protections the unsafe debug build can switch off (CODECAGE_DEBUG_DISABLE
  * naming "zygote-uid": every child shares the template's host uid;
@@ -294,7 +297,7 @@ int cage_zygote_start(const struct cage_spec *spec, const char *driver, size_t d
 
 /* ---- fork ---- */
 
-enum { C_OUT, C_ERR, C_CHAN, C_SYNC, C_CTL, C_STATUS, C_INIT, C_WORKSPACE, C_COUNT };
+enum { C_OUT, C_ERR, C_CHAN, C_SYNC, C_CTL, C_STATUS, C_INIT, C_ENV, C_WORKSPACE, C_COUNT };
 
 struct fork_fds {
         int child[C_COUNT]; /* what the zygote hands to the child (C_WORKSPACE: -1 without) */
@@ -352,6 +355,28 @@ static int make_fds(struct fork_fds *f, struct cage_error *err)
         return 0;
 }
 
+/* The sandbox's environment ("K=V\0" each) in a sealed memfd: the template
+ * hands the fd to the child unread, so no sandbox's variables or secrets
+ * ever enter the memory later children start as a copy of. */
+static int env_memfd(char *const *envp, struct fork_fds *f, struct cage_error *err)
+{
+        int fd = memfd_create("codecage-env", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        if (fd < 0)
+                return cage_fail(err, -errno, "zygote: the environment");
+        f->child[C_ENV] = fd;
+        size_t total = 0;
+        for (size_t i = 0; envp[i]; i++) {
+                size_t n = strlen(envp[i]) + 1;
+                if ((total += n) > ZYGOTE_ENV_MAX)
+                        return cage_fail_plain(err, -E2BIG, "zygote: the environment is too large");
+                if (write_all(fd, envp[i], n) < 0)
+                        return cage_fail(err, -errno, "zygote: the environment");
+        }
+        if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) < 0)
+                return cage_fail(err, -errno, "zygote: sealing the environment");
+        return 0;
+}
+
 /* The sandbox's own workspace, as every launch takes it (launcher.c): a
  * detached tree idmapped to its uid slot, else a plain bind. */
 static int open_workspace(const struct cage_spec *spec, const struct id_slot *slot,
@@ -376,22 +401,19 @@ static char *spawn_text(const struct launch_plan *plan, const struct launcher *l
 {
         const struct cage_spec *spec = plan->spec;
         bool rlimit_as = l->cg_host.backend == CGROUP_BACKEND_NONE || !l->cg_host.has_memory;
-        json_t *env = json_array();
-        for (size_t i = 0; env && plan->envp[i]; i++)
-                json_array_append_new(env, json_string(plan->envp[i]));
         json_auto_t *o = json_pack(
-                "{s:s, s:I, s:I, s:b, s:s, s:s, s:o, s:I, s:o, s:b}", "op", "spawn", "host_uid",
+                "{s:s, s:I, s:I, s:b, s:s, s:s, s:o, s:I, s:b}", "op", "spawn", "host_uid",
                 (json_int_t)ids->host_uid, "host_gid", (json_int_t)ids->host_gid, "shared", shared,
                 "workdir", spec->workdir, "scratch_opts", plan->scratch_opts, "rlimits",
                 rlimits_json(plan), "rlimit_as", (json_int_t)(rlimit_as ? spec->memory_bytes : 0),
-                "env", env, "workspace", spec->n_mounts > 0);
+                "workspace", spec->n_mounts > 0);
         char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
         if (!text) {
                 cage_fail(err, -ENOMEM, "zygote");
         } else if (strlen(text) > ZYGOTE_SPAWN_MAX) {
                 free(text);
                 text = NULL;
-                cage_fail_plain(err, -E2BIG, "zygote: the sandbox's environment is too large");
+                cage_fail_plain(err, -E2BIG, "zygote: the spawn request is too large");
         }
         return text;
 }
@@ -549,6 +571,8 @@ static int spawn_child(struct cage_zygote *z, struct launcher *l, struct launch_
                 r = launcher_make_cgroup(l, err);
         if (r == 0)
                 r = make_fds(f, err);
+        if (r == 0)
+                r = env_memfd(plan->envp, f, err);
         if (r == 0)
                 r = open_workspace(l->spec, &l->slot, f, err);
         if (r == 0)

@@ -36,7 +36,7 @@ int cage_zygote_start(const struct cage_spec *spec, const char *driver, size_t d
  * working directory and workspace (its one mount, at /workspace), on the
  * template's image and user; NULL: the template's spec. -ENOTSUP when
  * spec is not one the template can make (another user, other mounts),
- * -E2BIG when its environment does not fit in a request. */
+ * -E2BIG when its environment is over 1 MiB. */
 int cage_zygote_fork(struct cage_zygote *z, const struct cage_spec *spec, struct cage_box **box,
                      struct cage_box_proc **driver, int *chan, struct cage_error *err);
 /* The template's box (to tie an image lease to its life). */

@@ -276,9 +276,6 @@ def copies_in(pid, values):
     return counts
 
 
-@pytest.mark.xfail(strict=True, reason="the template parses each spawn request, environment "
-                   "included, and the freed copies stay in its memory, which every later "
-                   "fork starts as")
 def test_the_template_keeps_nothing_of_a_sandbox_it_forked(tmp_path):
     # Every sandbox forked after A starts as a copy of the template's
     # memory: A's values must not be in it. Read from the host (as root),
