@@ -278,7 +278,10 @@ def place_fds(fds):
 
 
 def build_proc(t):
+    """Our own /proc, masked; returns the user namespace limit files, opened
+    in it before /proc/sys is read-only."""
     mount("proc", "/proc", "proc", PROC_FLAGS, None, "mount /proc")
+    limits = open_userns_limits(t)
     for name in t.masked:
         p = "/proc/" + name
         if os.path.lexists(p):
@@ -302,6 +305,7 @@ def build_proc(t):
             first = p
         else:
             mount(first, p, None, MS_BIND, None, "mask /proc entries")
+    return limits
 
 
 def build_scratch(s):
@@ -389,9 +393,10 @@ def child_b(t, s, fds, driver):
 
 
 # Limits of the child's user namespace, as codecage's own launch sets them
-# (src/core/sandbox.c): opened while the template's /proc is ours (a sysctl
-# file belongs to the user namespace that opens it), written once our own
-# namespaces exist.
+# (src/core/sandbox.c): opened through our own fresh /proc (a sysctl file
+# belongs to the user namespace that looks it up; in the template's /proc,
+# which every child shares, each lookup walks a dentry per sandbox ever
+# made), written once our own namespaces exist.
 USERNS_LIMITS = (("max_inotify_instances", b"64"), ("max_inotify_watches", b"16384"),
                  ("max_user_namespaces", b"0"))
 
@@ -419,9 +424,8 @@ def sandbox_init(t, s, driver):
     # template's network namespace (itself a sandbox's: loopback only), and
     # nothing so far used it.
     check(libc.unshare(CLONE_NEWNET), "unshare network namespace")
-    limits = open_userns_limits(t)
     mount(None, "/", None, MS_REC | MS_PRIVATE, None, "private propagation")
-    build_proc(t)
+    limits = build_proc(t)
     mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
           "newinstance,ptmxmode=0666,mode=0620", "mount /dev/pts")
     build_scratch(s)
