@@ -71,6 +71,7 @@ class Server:
         if tenants:
             config["tenants"] = [{"name": n, "token": t} for n, t in tenants.items()]
         config.update(extra or {})
+        self.e2b_listen = (config.get("e2b") or {}).get("listen")
         self.config_path = tmp / "config.json"
         self.config_path.write_text(json.dumps(config))
         self.log_path = tmp / "serve.log"
@@ -90,12 +91,21 @@ class Server:
             if self.proc.poll() is not None:
                 raise AssertionError(f"codecage serve exited: {self.log_text()}")
             try:
-                if self.request("GET", "/healthz").status == 200:
+                if self.request("GET", "/healthz").status == 200 and self.e2b_answers():
                     return
             except OSError:
                 pass
             time.sleep(0.05)
         raise AssertionError(f"codecage serve did not answer: {self.log_text()}")
+
+    def e2b_answers(self):
+        """The E2B listener, when the config has one, accepts connections
+        (the server starts it after the API's)."""
+        if not self.e2b_listen:
+            return True
+        host, port = self.e2b_listen.rsplit(":", 1)
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=5):
+            return True
 
     def log_text(self):
         return self.log_path.read_text(errors="replace")
