@@ -294,7 +294,10 @@ struct cage_box *cage_box_destroy(struct cage_box *box)
         free(box->envp);
         free(box->workdir);
         pthread_mutex_destroy(&box->lock);
+        struct cage_zygote *zygote = box->zygote;
         free(box);
+        if (zygote) /* after our pid 1 is gone: the template may go now */
+                zygote_child_gone(zygote);
         return NULL;
 }
 

@@ -11,6 +11,8 @@
 #include "box.h"
 #include "launcher.h"
 
+struct cage_zygote;
+
 struct cage_box {
         struct cage_spec spec; /* the launch's, codecage-init as argv; its pointers are
                                 * the caller's, valid only while starting */
@@ -26,6 +28,7 @@ struct cage_box {
         uint64_t memory_bytes, cpu_time_ms; /* the spec's, for verdicts */
         bool oom_counted;                   /* oom_kills was counted (box_exec.c) */
         uint64_t oom_kills;                 /* ... and found this many */
+        struct cage_zygote *zygote;         /* the template that forked it (held), or NULL */
         void *attached;                     /* cage_box_attach() */
         void (*release_attached)(void *data);
 };
@@ -43,6 +46,9 @@ int box_start_template(const struct cage_spec *spec, struct cage_box **ret, stru
  * everything, also on failure (NULL). */
 struct cage_box *box_adopt(const struct cage_spec *spec, struct launcher *l, int ctl_fd,
                            char *const *envp);
+/* A box a zygote forked is gone: its template may end once no other is
+ * alive (zygote.c). */
+void zygote_child_gone(struct cage_zygote *z);
 /* The session driver of such a box, already running: its output pipes and
  * its init's status pipe (box_proto.h records). Takes the fds. */
 struct cage_box_proc *box_proc_adopt(struct cage_box *box, int out_r, int err_r, int status_r);

@@ -83,6 +83,9 @@ struct cage_zygote {
         int ctl;
         pthread_mutex_t lock; /* one spawn request at a time */
         bool dead;
+        /* The owner's hold, and one per live sandbox it forked: those live in
+         * the template's pid namespace and would end with it. */
+        unsigned refs;
 };
 
 /* ---- start ---- */
@@ -268,6 +271,7 @@ int cage_zygote_start(const struct cage_spec *spec, const char *driver, size_t d
                 return cage_fail(err, -ENOMEM, "zygote");
         z->spec = child;
         z->ctl = -1;
+        z->refs = 1;
         pthread_mutex_init(&z->lock, NULL);
         if (keep_spec_strings(z) < 0) {
                 cage_zygote_free(z);
@@ -610,6 +614,10 @@ int cage_zygote_fork(struct cage_zygote *z, const struct cage_spec *spec, struct
         }
         struct cage_box *b = box_adopt(&child, &l, f.ctl, plan.envp);
         f.ctl = -1;
+        if (b) {
+                __atomic_add_fetch(&z->refs, 1, __ATOMIC_RELAXED);
+                b->zygote = z;
+        }
         plan_free(&plan);
         struct cage_box_proc *p = b ? box_proc_adopt(b, f.out_r, f.err_r, f.status_r) : NULL;
         f.out_r = f.err_r = f.status_r = -1;
@@ -640,15 +648,34 @@ bool cage_zygote_alive(struct cage_zygote *z)
         return alive;
 }
 
-struct cage_zygote *cage_zygote_free(struct cage_zygote *z)
+static void zygote_destroy(struct cage_zygote *z)
 {
-        if (!z)
-                return NULL;
         close_fd(&z->ctl);
         cage_box_proc_free(z->proc);
         cage_box_destroy(z->box);
         pthread_mutex_destroy(&z->lock);
         free(z->strings);
         free(z);
+}
+
+static void zygote_unref(struct cage_zygote *z)
+{
+        if (__atomic_sub_fetch(&z->refs, 1, __ATOMIC_ACQ_REL) == 0)
+                zygote_destroy(z);
+}
+
+void zygote_child_gone(struct cage_zygote *z)
+{
+        zygote_unref(z);
+}
+
+struct cage_zygote *cage_zygote_free(struct cage_zygote *z)
+{
+        if (!z)
+                return NULL;
+        pthread_mutex_lock(&z->lock);
+        z->dead = true; /* no more forks */
+        pthread_mutex_unlock(&z->lock);
+        zygote_unref(z);
         return NULL;
 }

@@ -87,3 +87,33 @@ def test_with_fork_sandboxes_false_sandboxes_start_as_before(tmp_path):
         assert forks(server) == 0, server.ok("GET", "/v1/pool")["sandbox_zygotes"]
     finally:
         server.stop()
+
+
+def test_a_replaced_template_keeps_the_sandboxes_it_forked(tmp_path):
+    """The sandboxes a template forked live in its pid namespace: when the
+    image's tag moves to another image, the next sandbox gets a new
+    template, and the old one (with the sandbox it forked) lives on."""
+    from imagelib import docker_save, f, image_config, tar_bytes
+    from test_image_sandboxes import DEBIAN, debian_rootfs_tar, import_image
+
+    base = debian_rootfs_tar().read_bytes()
+    s = Server(tmp_path, extra={"pool_size": 0})
+    try:
+        for version in (b"1", b"2"):
+            extra = tar_bytes([f("version.txt", version)])
+            docker_save(tmp_path / "img.tar", [base, extra], tags=(DEBIAN,),
+                        config=image_config([base, extra]))
+            import_image(s.config_path, tmp_path / "img.tar")
+            name = "v" + version.decode()
+            s.ok("POST", "/v1/sandboxes", {"name": name, "image": DEBIAN})
+            python(s, name, "x = open('/version.txt').read()")
+        templates = [z for z in s.ok("GET", "/v1/pool")["sandbox_zygotes"]
+                     if z["image"].endswith(DEBIAN)]
+        assert len(templates) == 1 and templates[0]["forks"] == 2, templates
+        # v2 saw the new image, so a new template forked it; v1, forked from
+        # the replaced template, kept its session.
+        r = python(s, "v1", "x")
+        assert r["return_value"] == "1" and not r["restarted"], r
+        assert python(s, "v2", "x")["return_value"] == "2"
+    finally:
+        s.stop()
