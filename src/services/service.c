@@ -778,12 +778,16 @@ static void take_box_locked(struct sb *sb, struct disposal *d)
         cage_box_kill_init(sb->box);
         while (sb->active > 0)
                 pthread_cond_wait(&sb->changed, &sb->lock);
-        d->session = sb->session;
+        /* At most one of them: the first Python call takes the forked one. */
+        d->session = sb->session ? sb->session : sb->forked_session;
         svc_contexts_stop(sb);
         d->box = sb->box;
         if (sb->session)
                 svc_quota_session_end(sb->svc, sb->tenant);
+        else
+                sb->forked_session = NULL;
         sb->session = NULL;
+        sb->forked_session = cage_session_free(sb->forked_session);
         sb->box = NULL;
         svc_quota_sandbox_stop(sb->svc, sb->tenant, sb->spec ? sb->spec->memory_mib : 0);
         svc_audit(sb->svc, CAGE_AUDIT_SANDBOX_STOP, sb->tenant, sb->name, svc_labels(sb),
