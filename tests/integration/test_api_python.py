@@ -200,6 +200,23 @@ def test_errors_and_names_with_nul_or_surrogates_keep_the_session(server, box):
     assert run(server, box, "kept + 1")["return_value"] == 42
 
 
+def test_variables_put_with_nul_and_refused_deep(server, box):
+    r = server.request("PUT", var_path(box, "s"), b'"a\\u0000b"',
+                       headers={"Content-Type": "application/json"})
+    assert r.status == 200, r.body
+    assert run(server, box, "[len(s), s[1] == chr(0)]")["return_value"] == [3, True]
+    assert server.ok("GET", var_path(box, "s"))["value"] == "a\x00b"
+    deep = 1
+    for _ in range(600):
+        deep = [deep]
+    r = server.request("PUT", var_path(box, "d"), deep)
+    assert r.status == 400 and "deep" in r.json["error"]["message"], r.body
+    r = server.request("PUT", var_path(box, "n"), b"18446744073709551616",
+                       headers={"Content-Type": "application/json"})
+    assert r.status == 400, r.body
+    assert run(server, box, "[len(s), 'd' in globals()]")["return_value"] == [3, False]
+
+
 def test_exception_traceback_shows_the_users_line(server, box):
     res = run(server, box, "def f(n):\n    return 10 / n\n\nf(0)\n")
     assert res["status"] == "error" and res["state_lost"] is False
@@ -491,6 +508,28 @@ def test_host_call_error_answer_raises(server, box):
                            {"code": "llm_query('x')", "host_functions": True},
                            lambda call: {"error": "model unavailable"})
     assert res["status"] == "error" and res["error"]["type"] == "HostCallError"
+
+
+def test_host_calls_carry_nul_and_refuse_what_cannot_cross(server, box):
+    deep = "x"
+    for _ in range(600):
+        deep = [deep]
+
+    def answers(call):
+        if call["args"] == ["p\x00"]:
+            return {"value": "a\x00"}
+        return {"value": deep}
+
+    code = ("a = llm_query('p\\x00')\n"
+            "try:\n    llm_query('deep')\nexcept HostCallError as e:\n    b = str(e)\n"
+            "try:\n    llm_query(2**64)\nexcept TypeError as e:\n    c = str(e)\n"
+            "[a, b, c]")
+    calls, _, res = stream_run(server, f"/v1/sandboxes/{box}/python",
+                               {"code": code, "host_functions": True}, answers)
+    assert res["status"] == "ok" and res["state_lost"] is False, res
+    assert [c["args"] for c in calls] == [["p\x00"], ["deep"]]  # 2**64 never left
+    a, b, c = res["return_value"]
+    assert a == "a\x00" and "nests" in b and "64 bits" in c, res
 
 
 def test_host_never_acts_on_a_name_cut_at_nul(server, box):
