@@ -71,15 +71,30 @@ def _refuse(value):
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
-# json.JSONEncoder(allow_nan=False, separators=(",", ":")).encode, in C.
-_ENCODER = _json.make_encoder({}, _refuse, _json.encode_basestring_ascii, None, ":", ",",
+# json.JSONEncoder(allow_nan=False, separators=(",", ":")).encode, in C: ASCII
+# text for frames, UTF-8 text for values (no escapes: a surrogate code point
+# then fails to encode instead of becoming an escape the server refuses).
+# The encoders share MARKERS, their cycle check, which an encoding that
+# fails leaves dirty.
+_MARKERS = {}
+_ENCODER = _json.make_encoder(_MARKERS, _refuse, _json.encode_basestring_ascii, None, ":", ",",
                               False, False, False)
+_VALUE_ENCODER = _json.make_encoder(_MARKERS, _refuse, _json.encode_basestring, None, ":", ",",
+                                    False, False, False)
+
+
+def _encode(value, encoder, encode_str):
+    if isinstance(value, str):
+        return encode_str(value)
+    try:
+        return "".join(encoder(value, 0))
+    except BaseException:
+        _MARKERS.clear()
+        raise
 
 
 def ENCODE(value):
-    if isinstance(value, str):
-        return _json.encode_basestring_ascii(value)
-    return "".join(_ENCODER(value, 0))
+    return _encode(value, _ENCODER, _json.encode_basestring_ascii)
 
 
 def DECODE(text):
@@ -149,7 +164,8 @@ class Channel:
         self.poller.register(fd, select.POLLIN)
 
     def send(self, text):
-        """Sends one frame whose JSON is text (ASCII: ENCODE escapes the rest)."""
+        """Sends one frame whose JSON is text: ENCODE's (ASCII) with at most
+        a value of checked_json's (UTF-8) in it."""
         data = text.encode()
         with memoryview(HEADER.pack(len(data), 0) + data) as view:
             sent = 0
@@ -169,10 +185,17 @@ class Channel:
         json_len, blob_len = HEADER.unpack(self.read(HEADER.size, at_boundary=True))
         if not 1 <= json_len <= JSON_MAX or blob_len > BLOB_MAX:
             protocol_error(f"frame out of bounds (json_len {json_len}, blob_len {blob_len})")
+        data = self.read(json_len)
+        # The server nests values at most VALUE_DEPTH_MAX deep; the code may
+        # be deep in its own recursion (a host call from a recursive function).
+        limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(limit + VALUE_DEPTH_MAX + 64)
         try:
-            msg = DECODE(self.read(json_len).decode())
+            msg = DECODE(data.decode())
         except (ValueError, RecursionError):
             protocol_error("a frame's JSON does not parse")
+        finally:
+            sys.setrecursionlimit(limit)
         if not isinstance(msg, dict) or not isinstance(msg.get("op"), str):
             protocol_error("a frame's JSON is not an object with an op")
         return msg, blob_len
@@ -213,15 +236,128 @@ def type_name(value):
     return type(value).__name__[:NAME_MAX]
 
 
+# ---- what the server reads ----
+#
+# The server reads frames with jansson: integers are signed 64-bit, a string
+# is UTF-8 (no surrogate code points) and may hold NUL except as an object
+# key, nesting stops at 2048. A value's JSON crosses only when the server
+# reads back the very value the code has; anything else would be changed on
+# the way or end the session. VALUE_DEPTH_MAX also keeps a value readable by
+# JSON readers that recurse (Python's json stops near 1000).
+
+INT_MIN, INT_MAX = -(1 << 63), (1 << 63) - 1
+VALUE_DEPTH_MAX = 512
+_DIGITS = bytes.maketrans(b"123456789", b"000000000")
+_BRACKETS = bytes.maketrans(b"[{]}", b"(())")  # only the depth matters
+_NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'"[]{}')
+
+
+def _int_within(text):
+    number = int(text)
+    if not INT_MIN <= number <= INT_MAX:
+        raise ValueError("an integer beyond 64 bits")
+    return number
+
+
+def _keys_without_nul(pairs):
+    for key, _ in pairs:
+        if "\0" in key:
+            raise ValueError("an object key with a NUL character")
+
+
+class _CheckOptions(_DecodeOptions):
+    parse_int = staticmethod(_int_within)
+    object_pairs_hook = staticmethod(_keys_without_nul)
+
+
+_CHECK_SCAN = _json.make_scanner(_CheckOptions())
+
+
+def brackets_of(data):
+    """The brackets of JSON data (bytes) outside its strings, each "(" or
+    ")". Every backslash starts an escape: dropping the escaped backslashes,
+    then the escaped quotes, leaves quotes that only delimit strings; two
+    adjacent ones (once all but quotes and brackets are gone) hold no
+    bracket between them."""
+    if b"\\" in data:
+        data = data.replace(b"\\\\", b"").replace(b'\\"', b"")
+    kept = data.translate(_BRACKETS, _NOT_STRUCTURE).replace(b'""', b"")
+    if b'"' in kept:
+        kept = b"".join(kept.split(b'"')[::2])
+    return kept
+
+
+def deeper_than(brackets, limit):
+    """Whether balanced brackets nest deeper than limit: each pass drops
+    the innermost level."""
+    for _ in range(limit):
+        if not brackets:
+            return False
+        brackets = brackets.replace(b"()", b"")
+    return bool(brackets)
+
+
+def unreadable(text, data):
+    """Why the server would not read text (VALUE_ENCODER's; data is its
+    UTF-8) as the value it encodes; None when it would."""
+    if deeper_than(brackets_of(data), VALUE_DEPTH_MAX):
+        return f"nested more than {VALUE_DEPTH_MAX} deep"
+    # An integer beyond 64 bits has at least 19 digits (so may a fraction
+    # or a string): only then is the text scanned.
+    if b"0" * 19 in data.translate(_DIGITS) or "\\u0000" in text:
+        try:
+            _CHECK_SCAN(text, 0)
+        except ValueError as exc:
+            return str(exc)
+        except RecursionError:
+            return f"nested more than {VALUE_DEPTH_MAX} deep"
+    return None
+
+
+class TooLarge(ValueError):
+    """A value's JSON is longer than allowed."""
+
+
+def checked_json(value, limit):
+    """value's JSON when the server reads it back as value and it takes at
+    most limit bytes of UTF-8. TooLarge, or ValueError saying why the server
+    would not read it so; TypeError (or RecursionError) when it has no JSON."""
+    text = _encode(value, _VALUE_ENCODER, _json.encode_basestring)
+    if len(text) > limit:
+        raise TooLarge(f"more than {limit} bytes of JSON")
+    try:
+        data = text.encode()
+    except UnicodeEncodeError:
+        raise ValueError("a string with a surrogate code point (not UTF-8)") from None
+    if len(data) > limit:
+        raise TooLarge(f"more than {limit} bytes of JSON")
+    why = unreadable(text, data)
+    if why is not None:
+        raise ValueError(why)
+    return text
+
+
 def to_json(value, limit):
-    """value's JSON if it has one no longer than limit, else None."""
+    """value's JSON if the server reads it back as value and it is at most
+    limit bytes of UTF-8, else None."""
     if type(value) is str and len(value) > limit:
         return None  # its JSON is longer still: do not build it
     try:
-        text = ENCODE(value)
+        return checked_json(value, limit)
     except Exception:
         return None
-    return text if len(text) <= limit else None
+
+
+def readable_text(text):
+    """text with each surrogate code point (which has no UTF-8) spelled as
+    its escape: for the text that describes a value or an error."""
+    if text.isascii():
+        return text
+    try:
+        text.encode()
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode()
 
 
 def cut_utf8(text, limit):
@@ -240,7 +376,7 @@ def capped_repr(value, limit):
         text = repr(value)
     except Exception as exc:
         text = f"<repr() failed: {type_name(exc)}>"
-    return cut_utf8(text[:limit], limit)
+    return cut_utf8(readable_text(text[:limit]), limit)
 
 
 def describe(value, limit):
@@ -316,7 +452,11 @@ def error_info(exc):
         text = format_error(exc)
     except Exception:
         text = f"{type_name(exc)}: {message}\n"
-    return {"type": type_name(exc), "message": message[:TEXT_MAX], "traceback": text[-TEXT_MAX:]}
+    return {
+        "type": type_name(exc),
+        "message": readable_text(message[:TEXT_MAX]),
+        "traceback": readable_text(text[-TEXT_MAX:]),
+    }
 
 
 def exit_code_of(exc):
@@ -378,7 +518,7 @@ def done_frame(value_json, value_repr, error, duration_ms, host_calls, exit_code
 
 
 def error_frame(exc_type, message):
-    return ENCODE({"op": "error", "type": exc_type, "message": message[:TEXT_MAX]})
+    return ENCODE({"op": "error", "type": exc_type, "message": readable_text(message[:TEXT_MAX])})
 
 
 # ---- requests ----
@@ -683,13 +823,16 @@ class Session:
             raise HostCallBudgetExceeded(
                 f"host call budget of {self.budget} calls for this run is spent"
             )
+        if "\0" in fn:
+            raise ValueError(f"{fn!r}: a host function's name cannot hold NUL")
         frame = {"op": "host_call", "id": self.next_id, "fn": fn, "args": args, "kwargs": kwargs}
         try:
-            text = ENCODE(frame)
-        except (TypeError, ValueError) as exc:
+            text = checked_json(frame, JSON_MAX)
+        except TooLarge:
+            raise ValueError(
+                f"{fn}: the arguments take more than {JSON_MAX} bytes of JSON") from None
+        except (TypeError, ValueError, RecursionError) as exc:
             raise TypeError(f"{fn}: the arguments must be JSON-serialisable: {exc}") from None
-        if len(text) > JSON_MAX:
-            raise ValueError(f"{fn}: the arguments take {len(text)} bytes of JSON, over {JSON_MAX}")
         self.next_id += 1
         self.calls += 1
         return frame["id"], text
@@ -787,7 +930,9 @@ class Session:
         for name, value in list(self.ns.items()):
             if not self.is_public(name, value):
                 continue
-            entry = ENCODE({"name": name, "type": type_name(value), "size": size_of(value)})
+            entry = ENCODE(
+                {"name": readable_text(name), "type": type_name(value), "size": size_of(value)}
+            )
             used += len(entry) + 1
             if used > VALUE_MAX:
                 truncated = True

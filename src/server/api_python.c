@@ -221,8 +221,10 @@ static int var_put_json(struct http_call *c, struct cage_error *err)
         json_error_t jerr;
         if (c->body_len == 0)
                 return cage_fail(err, -EINVAL, "body: a JSON value is required");
+        /* The value only travels on as JSON: its strings may hold NUL. */
         json_auto_t *value =
-                json_loadb(c->body, c->body_len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr);
+                json_loadb(c->body, c->body_len,
+                           JSON_DECODE_ANY | JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
         if (!value)
                 return cage_fail(err, -EINVAL, "body: invalid JSON at line %d, column %d: %s",
                                  jerr.line, jerr.column, jerr.text);
@@ -318,8 +320,9 @@ static int parse_answer(const json_t *doc, json_t **value, const char **error,
         if (!*value == !e)
                 return cage_fail(err, -EINVAL,
                                  "body: exactly one of value (any JSON) and error (a string)");
-        if (e && (!json_is_string(e) || json_string_length(e) > HOST_CALL_ERROR_MAX))
-                return cage_fail(err, -EINVAL, "error: a string of at most %d bytes",
+        if (e && (!json_is_string(e) || json_string_length(e) > HOST_CALL_ERROR_MAX ||
+                  strlen(json_string_value(e)) != json_string_length(e)))
+                return cage_fail(err, -EINVAL, "error: a string of at most %d bytes, without NUL",
                                  HOST_CALL_ERROR_MAX);
         if (*value && json_size(*value) > HOST_CALL_VALUE_MAX)
                 return cage_fail(err, -E2BIG, "value: more than %d bytes of JSON",

@@ -374,7 +374,7 @@ static void execute(struct e2b_call *c, struct e2b_reply *reply)
         json_auto_t *body = NULL;
         const char *message = NULL;
         json_t *req = NULL;
-        if (http_body_json(c->body, c->body_len, &body, &err) < 0)
+        if (http_body_json(c->body, c->body_len, false, &body, &err) < 0)
                 return http_error(reply, 400, err.message);
         unsigned status = execute_request(c, body, &req, &message);
         if (status)
@@ -438,7 +438,7 @@ static void context_create(struct e2b_call *c, struct e2b_reply *reply)
         struct cage_error err = {0};
         json_auto_t *body = NULL;
         char id[CAGE_CONTEXT_ID_LEN + 1];
-        if (c->body_len && http_body_json(c->body, c->body_len, &body, &err) < 0)
+        if (c->body_len && http_body_json(c->body, c->body_len, false, &body, &err) < 0)
                 return http_error(reply, 400, err.message);
         const json_t *lang = json_object_get(body, "language");
         if (lang && !json_is_null(lang) &&

@@ -81,7 +81,7 @@ static int body_object(const struct e2b_call *c, json_t **ret, struct cage_error
                 *ret = json_object();
                 return *ret ? 0 : -ENOMEM;
         }
-        return http_body_json(c->body, c->body_len, ret, err);
+        return http_body_json(c->body, c->body_len, false, ret, err);
 }
 
 /* ---- create ------------------------------------------------------------------- */

@@ -512,7 +512,8 @@ static int call_handler(struct http_request *req, struct MHD_Connection *conn,
         json_auto_t *json = NULL;
         int r;
         if ((req->match.flags & ROUTE_JSON_BODY) &&
-            (r = http_body_json(req->body.data, req->body.len, &json, err)) < 0)
+            (r = http_body_json(req->body.data, req->body.len, req->match.flags & ROUTE_JSON_NUL,
+                                &json, err)) < 0)
                 return r;
         char *q = strchr(req->raw_uri, '?');
         struct http_call call = {

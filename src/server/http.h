@@ -171,6 +171,7 @@ enum http_route_flags {
         ROUTE_JSON_BODY = 1 << 1, /* Content-Type: application/json, body parsed */
         ROUTE_RAW_BODY = 1 << 2,  /* body taken as it is (uploads) */
         ROUTE_OPERATOR = 1 << 3,  /* with tenants: only those with "operator": true */
+        ROUTE_JSON_NUL = 1 << 4,  /* with ROUTE_JSON_BODY: strings may hold NUL ("\u0000") */
 };
 
 struct http_match {
@@ -191,8 +192,11 @@ int http_decode(const char *s, size_t len, bool plus_is_space, char **ret);
 /* The decoded value of query parameter key: 1 found, 0 absent, -EINVAL. */
 int http_query_get(const char *query, const char *key, char **ret);
 /* The body of a JSON route: one JSON object (duplicate keys refused), or
- * -EINVAL with err saying what is wrong. */
-int http_body_json(const char *body, size_t len, json_t **ret, struct cage_error *err);
+ * -EINVAL with err saying what is wrong. allow_nul: its strings may hold
+ * NUL, for a route that reads them with their length (or only passes them
+ * on as JSON). */
+int http_body_json(const char *body, size_t len, bool allow_nul, json_t **ret,
+                   struct cage_error *err);
 bool http_name_is_valid(const char *s);
 
 /* reply.c */

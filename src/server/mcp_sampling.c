@@ -28,13 +28,14 @@ static int fail(char **error, const char *text)
         return -1;
 }
 
-static json_t *sampling_params(const char *prompt, const json_t *kwargs)
+/* prompt: a JSON string, passed on whole (it may hold NUL). */
+static json_t *sampling_params(const json_t *prompt, const json_t *kwargs)
 {
         const json_t *max = json_object_get(kwargs, "max_tokens");
         json_int_t tokens = json_is_integer(max) ? json_integer_value(max) : MAX_TOKENS_DEFAULT;
         if (tokens < 1 || tokens > MAX_TOKENS_MAX)
                 tokens = MAX_TOKENS_DEFAULT;
-        json_t *params = json_pack("{s:[{s:s, s:{s:s, s:s}}], s:I}", "messages", "role", "user",
+        json_t *params = json_pack("{s:[{s:s, s:{s:s, s:O}}], s:I}", "messages", "role", "user",
                                    "content", "type", "text", "text", prompt, "maxTokens", tokens);
         const json_t *system = json_object_get(kwargs, "system");
         const json_t *temperature = json_object_get(kwargs, "temperature");
@@ -150,7 +151,7 @@ static int sample_all(struct mcp_call *c, const json_t *prompts, const json_t *k
         char key[32];
         json_array_foreach(prompts, i, p)
         {
-                json_t *params = sampling_params(json_string_value(p), kwargs);
+                json_t *params = sampling_params(p, kwargs);
                 snprintf(key, sizeof(key), "llm_query_%zu", i);
                 if (!params ||
                     json_object_set_new(requests, key,
@@ -204,14 +205,18 @@ static int host_fail(char **error, const char *text)
 
 static int llm_query(struct mcp_call *c, json_t *args, json_t *kwargs, json_t **value, char **error)
 {
-        const char *prompt = json_string_value(first_arg(args, kwargs, "prompt"));
-        _cleanup_free_ char *text = NULL;
-        if (!prompt)
+        const json_t *prompt = first_arg(args, kwargs, "prompt");
+        json_t *answers = NULL;
+        if (!json_is_string(prompt))
                 return host_fail(error, "llm_query(prompt): prompt must be a string");
-        if (mcp_sample(c, prompt, kwargs, &text, error) < 0)
+        json_auto_t *prompts = json_pack("[O]", prompt);
+        if (!prompts)
+                return host_fail(error, "out of memory");
+        if (sample_all(c, prompts, kwargs, &answers, error) < 0)
                 return 0;
-        *value = json_string(text);
-        return *value ? 0 : host_fail(error, "the answer is not valid UTF-8");
+        *value = json_incref(json_array_get(answers, 0));
+        json_decref(answers);
+        return 0;
 }
 
 static int llm_query_batched(struct mcp_call *c, json_t *args, json_t *kwargs, json_t **value,

@@ -68,7 +68,8 @@ static const struct route routes[] = {
         {"POST", "/v1/images/import", api_image_import, ROUTE_RAW_BODY | ROUTE_OPERATOR},
         {"GET", "/v1/images/{path}", api_image_inspect, 0},
         {"DELETE", "/v1/images/{path}", api_image_remove, ROUTE_OPERATOR},
-        {"POST", "/v1/host_calls/{path}", api_host_call_answer, ROUTE_JSON_BODY},
+        /* An answer's value goes on to the code as JSON: its strings may hold NUL. */
+        {"POST", "/v1/host_calls/{path}", api_host_call_answer, ROUTE_JSON_BODY | ROUTE_JSON_NUL},
 };
 
 bool http_name_is_valid(const char *s)
@@ -135,12 +136,14 @@ int http_query_get(const char *query, const char *key, char **ret)
         return 0;
 }
 
-int http_body_json(const char *body, size_t len, json_t **ret, struct cage_error *err)
+int http_body_json(const char *body, size_t len, bool allow_nul, json_t **ret,
+                   struct cage_error *err)
 {
         json_error_t jerr;
         if (len == 0)
                 return cage_fail(err, -EINVAL, "body: a JSON object is required");
-        json_t *doc = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+        json_t *doc = json_loadb(body, len,
+                                 JSON_REJECT_DUPLICATES | (allow_nul ? JSON_ALLOW_NUL : 0), &jerr);
         if (!doc)
                 return cage_fail(err, -EINVAL, "body: invalid JSON at line %d, column %d: %s",
                                  jerr.line, jerr.column, jerr.text);

@@ -70,9 +70,40 @@ struct cage_session {
 
 /* ---- frames ---- */
 
+/* Whether v nests arrays and objects more than limit deep (a scalar: 0).
+ * Recurses at most limit levels. */
+static bool nests_deeper(const json_t *v, unsigned limit)
+{
+        size_t i;
+        const char *k;
+        json_t *e;
+        if (!json_is_array(v) && !json_is_object(v))
+                return false;
+        if (limit == 0)
+                return true;
+        if (json_is_array(v)) {
+                json_array_foreach((json_t *)v, i, e)
+                {
+                        if (nests_deeper(e, limit - 1))
+                                return true;
+                }
+                return false;
+        }
+        json_object_foreach((json_t *)v, k, e)
+        {
+                if (nests_deeper(e, limit - 1))
+                        return true;
+        }
+        return false;
+}
+
+/* -E2BIG: larger than a frame; -ELOOP: a value in msg nests deeper than
+ * the driver reads (SESSION_DEPTH_MAX). Either way nothing was written. */
 static int send_frame(struct cage_session *s, json_t *msg, const void *blob, size_t blob_len,
                       uint64_t deadline)
 {
+        if (nests_deeper(msg, SESSION_DEPTH_MAX + 1)) /* + 1: the frame's own object */
+                return -ELOOP;
         _cleanup_free_ char *text = json_dumps(msg, JSON_COMPACT);
         if (!text)
                 return -ENOMEM;
@@ -288,6 +319,10 @@ int cage_session_request(struct cage_session *s, json_t *msg, const void *blob, 
         if (r == -E2BIG)
                 return cage_fail(err, r, "the value is larger than %d bytes of JSON",
                                  SESSION_JSON_MAX);
+        if (r == -ELOOP)
+                return cage_fail(err, -EINVAL,
+                                 "the value nests arrays and objects more than %d deep",
+                                 SESSION_DEPTH_MAX);
         if (r == 0)
                 r = wait_frame(s, deadline, &answer);
         if (r < 0) {
@@ -342,13 +377,14 @@ static void answer_host_call(struct run_state *st, json_t *call)
 {
         json_t *value = NULL, *reply;
         char *error = NULL;
-        const char *fn = json_string_value(json_object_get(call, "fn"));
+        const json_t *fnj = json_object_get(call, "fn");
+        const char *fn = json_string_value(fnj);
         json_t *args = json_object_get(call, "args"), *kwargs = json_object_get(call, "kwargs");
         json_t *id = json_object_get(call, "id");
         st->host_calls++;
         int r = -ENOSYS;
-        if (!fn || !json_is_integer(id) || (args && !json_is_array(args)) ||
-            (kwargs && !json_is_object(kwargs)))
+        if (!fn || strlen(fn) != json_string_length(fnj) || !json_is_integer(id) ||
+            (args && !json_is_array(args)) || (kwargs && !json_is_object(kwargs)))
                 error = strdup("malformed host call");
         else if (!st->run->host)
                 error = strdup("no host functions are available to this session");
@@ -362,10 +398,13 @@ static void answer_host_call(struct run_state *st, json_t *call)
                                   value ? value : json_null());
         free(error);
         r = reply ? send_frame(st->s, reply, NULL, 0, clock_mono_ms() + 10000) : -ENOMEM;
-        if (r == -E2BIG) { /* the answer is too large: the code gets an error instead */
+        if (r == -E2BIG || r == -ELOOP) { /* the code gets an error instead */
                 json_decref(reply);
                 reply = json_pack("{s:s, s:O, s:s}", "op", "host_reply", "id", id, "error",
-                                  "the host's answer is larger than the session channel allows");
+                                  r == -E2BIG ? "the host's answer is larger than the session "
+                                                "channel allows"
+                                              : "the host's answer nests arrays and objects deeper "
+                                                "than the session channel allows");
                 r = reply ? send_frame(st->s, reply, NULL, 0, clock_mono_ms() + 10000) : -ENOMEM;
         }
         if (r < 0)

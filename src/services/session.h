@@ -25,6 +25,10 @@
 #define SESSION_RETURN_MAX  65536
 #define SESSION_HOST_BUDGET 100
 #define SESSION_START_MS    10000
+/* How deep a value sent to the driver may nest arrays and objects: as deep
+ * as the driver sends its own (its VALUE_DEPTH_MAX), well within what JSON
+ * readers that recurse (the driver's, a client's) read. */
+#define SESSION_DEPTH_MAX 512
 
 struct cage_session;
 

@@ -1,11 +1,13 @@
 /* The session channel's frames from the driver, without I/O: the frame
  * reader and the "done" filter (session_frame.h). A frame is two 32-bit
  * big-endian lengths (JSON, blob) and the JSON; the driver never sends a
- * blob, and the JSON is bounded before anything is allocated for it. */
+ * blob, and the JSON is bounded before anything is allocated for it.
+ * Strings in it may hold NUL; the op may not. */
 #include "session_frame.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,11 +46,20 @@ int session_frame_got(struct session_frame_reader *rd, size_t n)
         return 0;
 }
 
+/* A string whose C text is all of it (no NUL inside). */
+static bool whole_string(const json_t *v)
+{
+        return json_is_string(v) && strlen(json_string_value(v)) == json_string_length(v);
+}
+
 int session_frame_take(struct session_frame_reader *rd, json_t **ret)
 {
-        json_t *msg = json_loadb(rd->json, rd->json_len, JSON_REJECT_DUPLICATES, NULL);
+        /* A string value may hold NUL ("\u0000"): the code's own strings
+         * cross exactly. Fields read as C strings are checked for it. */
+        json_t *msg =
+                json_loadb(rd->json, rd->json_len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, NULL);
         session_frame_reset(rd);
-        if (!json_is_object(msg) || !json_is_string(json_object_get(msg, "op"))) {
+        if (!json_is_object(msg) || !whole_string(json_object_get(msg, "op"))) {
                 json_decref(msg);
                 return -EPROTO;
         }

@@ -27,8 +27,9 @@ size_t session_frame_want(const struct session_frame_reader *rd, char **dst);
  * for a header the driver may not send (JSON shorter than 2 bytes or
  * longer than SESSION_JSON_MAX, any blob), or -ENOMEM. */
 int session_frame_got(struct session_frame_reader *rd, size_t n);
-/* The complete frame's message, a JSON object with a string "op" (a new
- * reference in *ret), or -EPROTO; the reader is empty again either way. */
+/* The complete frame's message, a JSON object with a string "op" without
+ * NUL (a new reference in *ret), or -EPROTO; the reader is empty again
+ * either way. Other strings may hold NUL: read them with their length. */
 int session_frame_take(struct session_frame_reader *rd, json_t **ret);
 void session_frame_reset(struct session_frame_reader *rd);
 

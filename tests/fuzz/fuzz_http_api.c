@@ -7,9 +7,11 @@
  *    {run_id} are valid names, its {path} has no NUL and no ".."
  *    component;
  *  - query values decode to strings, or are refused with -EINVAL;
- *  - a body is one JSON object or refused with a message; an object
- *    parsed as a sandbox spec (named and one-shot) gives a spec document
- *    that encodes, or an error with a negative code and a message. */
+ *  - a body is one JSON object or refused with a message, and a route
+ *    whose strings may hold NUL reads every body another reads, the same;
+ *    an object parsed as a sandbox spec (named and one-shot) gives a spec
+ *    document that encodes, or an error with a negative code and a
+ *    message. */
 #include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -90,11 +92,16 @@ static void check_spec(const json_t *doc, bool named)
 
 static void check_body(const char *body, size_t len)
 {
-        json_t *doc = NULL;
-        struct cage_error err = {0};
-        int r = http_body_json(body, len, &doc, &err);
-        FUZZ_CHECK((r == 0) == (doc != NULL));
+        json_t *doc = NULL, *with_nul = NULL;
+        struct cage_error err = {0}, err_nul = {0};
+        int r = http_body_json(body, len, false, &doc, &err);
+        int r_nul = http_body_json(body, len, true, &with_nul, &err_nul);
+        FUZZ_CHECK((r == 0) == (doc != NULL) && (r_nul == 0) == (with_nul != NULL));
         FUZZ_CHECK(r == 0 || (r == -EINVAL && err.message[0]));
+        FUZZ_CHECK(r_nul == 0 || (r_nul == -EINVAL && err_nul.message[0]));
+        /* A route that takes NUL reads every other body the same. */
+        FUZZ_CHECK(r < 0 || (r_nul == 0 && json_equal(doc, with_nul)));
+        json_decref(with_nul);
         if (r < 0)
                 return;
         FUZZ_CHECK(json_is_object(doc));

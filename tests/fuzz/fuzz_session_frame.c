@@ -7,7 +7,8 @@
  *  - the reader never asks for more than the rest of its frame, and a
  *    header it accepts declares 2..SESSION_JSON_MAX bytes of JSON and no
  *    blob;
- *  - every message is a JSON object with a string "op";
+ *  - every message is a JSON object with a string "op" that holds no NUL
+ *    (other strings may: "\u0000" in a value is the code's own);
  *  - how the bytes are split does not change the messages or the error;
  *  - the "done" filter leaves exactly return_value, return_repr (a string
  *    or null) and error (null, or an object of exactly the strings type,
@@ -78,7 +79,8 @@ static void feed(const uint8_t *data, size_t size, size_t piece, struct events *
                         }
                         FUZZ_CHECK(json_is_object(msg));
                         const char *op = json_string_value(json_object_get(msg, "op"));
-                        FUZZ_CHECK(op);
+                        FUZZ_CHECK(op &&
+                                   strlen(op) == json_string_length(json_object_get(msg, "op")));
                         if (strcmp(op, "done") == 0)
                                 check_done(msg);
                         ev->msg[ev->n++] = json_dumps(msg, JSON_SORT_KEYS | JSON_COMPACT);

@@ -155,6 +155,68 @@ def test_return_values_json_and_repr(server, box):
     assert res["stdout"] == "hi\n" and res["return_value"] == 7
 
 
+# A value whose JSON every part of the way reads back as that value (NUL in
+# a string included) is return_value; any other is null with its repr. The
+# session goes on either way.
+CARRIED = [("'a\\x00b'", "a\x00b"), ("{'k': ['\\x00', 2**63 - 1]}", {"k": ["\x00", 2**63 - 1]}),
+           ("-2**63", -2**63), ("'\\U0001f600'", "\U0001f600")]
+AS_REPR = [("2**64", "18446744073709551616"), ("-2**63 - 1", "-9223372036854775809"),
+           ("2**100", str(2**100)), ("[1, {'h': 2**64}]", "[1, {'h': 18446744073709551616}]"),
+           ("{'a\\x00': 1}", "{'a\\x00': 1}"), ("'\\ud800'", "'\\ud800'")]
+
+
+@pytest.mark.parametrize("code,value", CARRIED)
+def test_values_carried_exactly(server, box, code, value):
+    run(server, box, "kept = 41")
+    res = run(server, box, code)
+    assert res["status"] == "ok" and res["state_lost"] is False, res
+    assert res["return_value"] == value and res["return_repr"] is None, res
+    run(server, box, f"v = {code}")
+    got = server.ok("GET", var_path(box, "v"))
+    assert got["value"] == value and got["repr"] == run(server, box, "repr(v)")["return_value"]
+    assert run(server, box, "kept + 1")["return_value"] == 42
+
+
+@pytest.mark.parametrize("code,text", AS_REPR)
+def test_values_beyond_json_come_as_their_repr(server, box, code, text):
+    run(server, box, "kept = 41")
+    res = run(server, box, code)
+    assert res["status"] == "ok" and res["state_lost"] is False, res
+    assert res["return_value"] is None and res["return_repr"] == text, res
+    run(server, box, f"v = {code}")
+    got = server.ok("GET", var_path(box, "v"))
+    assert got["value"] is None and got["repr"] == text
+    assert run(server, box, "kept + 1")["return_value"] == 42
+
+
+def test_errors_and_names_with_nul_or_surrogates_keep_the_session(server, box):
+    run(server, box, "kept = 41")
+    res = run(server, box, "raise ValueError('a\\x00b \\udcff')")
+    assert res["status"] == "error" and res["state_lost"] is False, res
+    assert res["error"]["message"] == "a\x00b \\udcff"
+    run(server, box, "globals()['odd\\x00name'] = 1")
+    names = [v["name"] for v in server.ok("GET", var_path(box))["variables"]]
+    assert "odd\x00name" in names and "kept" in names
+    assert run(server, box, "kept + 1")["return_value"] == 42
+
+
+def test_variables_put_with_nul_and_refused_deep(server, box):
+    r = server.request("PUT", var_path(box, "s"), b'"a\\u0000b"',
+                       headers={"Content-Type": "application/json"})
+    assert r.status == 200, r.body
+    assert run(server, box, "[len(s), s[1] == chr(0)]")["return_value"] == [3, True]
+    assert server.ok("GET", var_path(box, "s"))["value"] == "a\x00b"
+    deep = 1
+    for _ in range(600):
+        deep = [deep]
+    r = server.request("PUT", var_path(box, "d"), deep)
+    assert r.status == 400 and "deep" in r.json["error"]["message"], r.body
+    r = server.request("PUT", var_path(box, "n"), b"18446744073709551616",
+                       headers={"Content-Type": "application/json"})
+    assert r.status == 400, r.body
+    assert run(server, box, "[len(s), 'd' in globals()]")["return_value"] == [3, False]
+
+
 def test_exception_traceback_shows_the_users_line(server, box):
     res = run(server, box, "def f(n):\n    return 10 / n\n\nf(0)\n")
     assert res["status"] == "error" and res["state_lost"] is False
@@ -446,6 +508,47 @@ def test_host_call_error_answer_raises(server, box):
                            {"code": "llm_query('x')", "host_functions": True},
                            lambda call: {"error": "model unavailable"})
     assert res["status"] == "error" and res["error"]["type"] == "HostCallError"
+
+
+def test_host_calls_carry_nul_and_refuse_what_cannot_cross(server, box):
+    deep = "x"
+    for _ in range(600):
+        deep = [deep]
+
+    def answers(call):
+        if call["args"] == ["p\x00"]:
+            return {"value": "a\x00"}
+        return {"value": deep}
+
+    code = ("a = llm_query('p\\x00')\n"
+            "try:\n    llm_query('deep')\nexcept HostCallError as e:\n    b = str(e)\n"
+            "try:\n    llm_query(2**64)\nexcept TypeError as e:\n    c = str(e)\n"
+            "[a, b, c]")
+    calls, _, res = stream_run(server, f"/v1/sandboxes/{box}/python",
+                               {"code": code, "host_functions": True}, answers)
+    assert res["status"] == "ok" and res["state_lost"] is False, res
+    assert [c["args"] for c in calls] == [["p\x00"], ["deep"]]  # 2**64 never left
+    a, b, c = res["return_value"]
+    assert a == "a\x00" and "nests" in b and "64 bits" in c, res
+
+
+def test_host_never_acts_on_a_name_cut_at_nul(server, box):
+    """Code that writes its own host_call on the channel, its fn with NUL:
+    the server answers "malformed" rather than call what the name's C text
+    says (tools.search)."""
+    code = ("import json, os, struct\n"
+            "msg = {'op': 'host_call', 'id': 999, 'fn': 'tools.search\\x00x', 'args': [],"
+            " 'kwargs': {}}\n"
+            "data = json.dumps(msg).encode()\n"
+            "os.write(3, struct.pack('>II', len(data), 0) + data)\n"
+            "n, _ = struct.unpack('>II', os.read(3, 8))\n"
+            "json.loads(os.read(3, n))")
+    calls, _, res = stream_run(server, f"/v1/sandboxes/{box}/python",
+                               {"code": code, "host_functions": True},
+                               lambda call: {"value": "called"})
+    assert not calls, calls
+    assert res["return_value"] == {"op": "host_reply", "id": 999, "error": "malformed host call"}
+    assert run(server, box, "1")["state_lost"] is False
 
 
 def test_host_budget(server, box):

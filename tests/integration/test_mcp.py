@@ -27,6 +27,7 @@ import socket
 import subprocess
 import threading
 import time
+import uuid
 
 import pytest
 
@@ -940,6 +941,28 @@ def test_stdio_run_python_exit_code(stdio):
     s.close()
 
 
+def test_stdio_run_python_values_beyond_json_keep_the_session(stdio):
+    """A sandbox's session returns a NUL in a string exactly and an integer
+    beyond 64 bits as its repr, and keeps its variables."""
+    s = stdio()
+    s.ask(rpc("initialize", INIT))
+    box = "mcp-" + uuid.uuid4().hex[:10]
+    assert not s.call_tool("sandbox_create", {"name": box}, id=2).get("isError")
+    try:
+        run = [("kept = 41", None, None, ""), ("'a\\x00b'", "a\x00b", None, 'value: "a\\u0000b"'),
+               ("2**64", None, "18446744073709551616", "(repr): 18446744073709551616"),
+               ("kept + 1", 42, None, "value: 42")]
+        for i, (code, value, text, rendered) in enumerate(run):
+            result = s.call_tool("run_python", {"code": code, "sandbox": box}, id=3 + i)
+            res = result["structuredContent"]
+            assert res["status"] == "ok" and res["state_lost"] is False, (code, res)
+            assert (res["return_value"], res["return_repr"]) == (value, text), (code, res)
+            assert rendered in result["content"][0]["text"], (code, result)
+    finally:
+        s.call_tool("sandbox_remove", {"name": box}, id=20)
+    s.close()
+
+
 def test_stdio_2026_beside_2025(stdio):
     """Both eras on one pipe: stateless requests carry their _meta; the
     initialize-era session goes on as before."""
@@ -1108,4 +1131,24 @@ def test_stdio_concurrent_sampling_answers_route_by_id(stdio):
         if "result" in msg:
             results[msg["id"]] = msg["result"]["structuredContent"]["return_value"]
     assert results == {11: "re: question 1", 12: "re: question 2"}
+    s.close()
+
+
+def test_stdio_sampling_prompts_with_nul_reach_the_client_whole(stdio):
+    s = stdio()
+    s.ask(rpc("initialize", {**INIT, "capabilities": {"sampling": {}}}))
+    s.send(rpc("tools/call", {"name": "run_python", "arguments": {
+        "code": "[llm_query('a\\x00b'), llm_query_batched(['c\\x00d'])]"}}, id=10))
+    prompts = []
+    while True:
+        msg = s.recv()
+        if msg.get("method") == "sampling/createMessage":
+            prompt = msg["params"]["messages"][0]["content"]["text"]
+            prompts.append(prompt)
+            s.send({"jsonrpc": "2.0", "id": msg["id"], "result": {
+                "role": "assistant", "model": "m", "content": {"type": "text", "text": "ok"}}})
+        elif msg.get("id") == 10:
+            break
+    assert prompts == ["a\x00b", "c\x00d"]
+    assert msg["result"]["structuredContent"]["return_value"] == ["ok", ["ok"]], msg
     s.close()

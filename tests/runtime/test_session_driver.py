@@ -3,7 +3,10 @@ outside any sandbox: started as `python3 -I -c <its text>` (what the server's
 bootstrap amounts to, docs/SESSION-PROTOCOL.md "Start"), the channel as fd 3,
 stdout and stderr as pipes, and spoken to with a small client of the protocol.
 The bootstrap and the bytecode path are exercised by every test that starts
-a session through the server."""
+a session through the server. Every frame the driver sends is also read the
+way the server reads it (jansson, through ctypes): a frame the server would
+refuse fails the test, as it would cost the session."""
+import ctypes
 import json
 import os
 import signal
@@ -20,6 +23,28 @@ DRIVER = Path(__file__).resolve().parents[2] / "runtime" / "python" / "codecage_
 PYTHON = "/usr/bin/python3"
 HEADER = struct.Struct(">II")
 BIG = 100_000_000
+
+
+class Jansson:
+    """libjansson's json_loadb, with the flags src/services/session_frame.c uses."""
+
+    REJECT_DUPLICATES, ALLOW_NUL = 0x1, 0x10
+
+    def __init__(self):
+        self.lib = ctypes.CDLL("libjansson.so.4")
+        self.lib.json_loadb.restype = ctypes.c_void_p
+        self.lib.json_loadb.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_size_t,
+                                        ctypes.c_void_p]
+        self.lib.json_delete.argtypes = [ctypes.c_void_p]
+
+    def reads(self, data):
+        doc = self.lib.json_loadb(data, len(data), self.REJECT_DUPLICATES | self.ALLOW_NUL, None)
+        if doc:
+            self.lib.json_delete(doc)  # a new document: its only reference
+        return bool(doc)
+
+
+JANSSON = Jansson()
 
 
 class Driver:
@@ -67,7 +92,11 @@ class Driver:
     def recv(self):
         json_len, blob_len = HEADER.unpack(self.read(8))
         assert 1 <= json_len <= 16 << 20 and blob_len == 0
-        return json.loads(self.read(json_len))
+        data = self.read(json_len)
+        assert JANSSON.reads(data), f"the server would refuse this frame: {data[:300]!r}"
+        msg = json.loads(data)
+        assert "\0" not in msg["op"]
+        return msg
 
     def request(self, msg, blob=b""):
         self.send(msg, blob)
@@ -207,6 +236,67 @@ def test_misbehaving_values(driver):
     assert variables["h"]["type"] == "Huge" and variables["h"]["size"] > 0
     value = driver.request({"op": "get", "name": "b"})
     assert value["value"] is None and value["repr"] == "<repr() failed: ValueError>"
+
+
+# The server reads a value's JSON back as the very value, or the value comes
+# as its repr: NUL in strings crosses, integers beyond 64 bits, surrogate
+# code points, NUL in a key and nesting past 512 do not.
+EXACT = [
+    ("'a\\x00b'", "a\x00b"),
+    ("{'k': ['\\x00', 'é😀']}", {"k": ["\x00", "é😀"]}),
+    ("[2**63 - 1, -2**63]", [2**63 - 1, -2**63]),
+    ("'1' * 40", "1" * 40),
+    ("[0.00012345678901234567, 1e300]", [0.00012345678901234567, 1e300]),
+    ("['\\\\u0000', '[[[', '\\\\\\\"]}']", ["\\u0000", "[[[", "\\\"]}"]),
+    ("{str(2**70): 2**70 // 2**64}", {str(2**70): 64}),
+]
+AS_REPR = ["2**63", "-2**63 - 1", "2**100", "[1, {'n': 2**64}]", "{'a\\x00': 1}", "'\\ud800'",
+           "['x', '\\udcff']"]
+
+
+@pytest.mark.parametrize("code,value", EXACT)
+def test_values_cross_exactly(driver, code, value):
+    done = driver.run(code)
+    assert done["return_value"] == value and done["return_repr"] is None, done
+    driver.ok(f"v = {code}")
+    assert driver.request({"op": "get", "name": "v"})["value"] == value
+
+
+@pytest.mark.parametrize("code", AS_REPR)
+def test_values_the_server_cannot_read_come_as_their_repr(driver, code):
+    expected = repr(eval(code))
+    done = driver.run(code)
+    assert done["status"] == "ok" and done["return_value"] is None, done
+    assert done["return_repr"] == expected
+    driver.ok(f"v = {code}")
+    got = driver.request({"op": "get", "name": "v"})
+    assert got["value"] is None and got["repr"] == expected
+    assert driver.ok("v is not None") is True
+
+
+def test_nesting_beyond_512_comes_as_repr(driver):
+    driver.ok("import sys\nsys.setrecursionlimit(20000)\n"
+              "def nest(n):\n    v = 0\n    for _ in range(n):\n        v = [v]\n    return v")
+    assert driver.run("nest(512)")["return_value"] is not None
+    for depth in (513, 3000):
+        done = driver.run(f"nest({depth})")
+        assert done["return_value"] is None and done["return_repr"].startswith("[[[[")
+
+
+def test_a_value_that_failed_to_encode_leaves_no_trace(driver):
+    assert driver.run("x = [1, float('nan')]\nx")["return_repr"] == "[1, nan]"
+    assert driver.ok("x[1] = 2\nx") == [1, 2]
+
+
+def test_text_about_values_the_server_reads(driver):
+    error = driver.run("raise ValueError('a\\x00b \\udcff')")["error"]
+    assert error["message"] == "a\x00b \\udcff"
+    assert error["traceback"].endswith("ValueError: a\x00b \\udcff\n")
+    done = driver.run("class R:\n    def __repr__(self):\n        return 'r\\udcff'\nR()")
+    assert done["return_repr"] == "r\\udcff"
+    driver.ok("globals()['a\\x00b'] = 1\nglobals()['s\\udcff'] = 2")
+    names = {v["name"] for v in driver.request({"op": "list"})["variables"]}
+    assert {"a\x00b", "s\\udcff"} <= names
 
 
 # ---- output ----
@@ -517,6 +607,32 @@ def test_host_call_errors(driver):
     assert "llm_query('x')" in error["traceback"] and "<string>" not in error["traceback"]
     error = driver.run("llm_query(object())")["error"]
     assert error["type"] == "TypeError" and "JSON-serialisable" in error["message"]
+
+
+def test_host_call_arguments_the_server_reads(driver):
+    driver.start_run("llm_query('a\\x00b', n=2**63 - 1)")
+    calls, done = answer_calls(driver, lambda c: {"value": c["args"][0] + "\x00"})
+    assert calls[0]["args"] == ["a\x00b"] and calls[0]["kwargs"] == {"n": 2**63 - 1}
+    assert done["return_value"] == "a\x00b\x00"
+    for code, words in [("llm_query(2**64)", "64 bits"), ("llm_query('\\ud800')", "surrogate"),
+                        ("tools.search(q={'k\\x00': 1})", "NUL"),
+                        ("getattr(tools, 'a\\x00b')()", "NUL")]:
+        done = driver.run(code)  # refused in the sandbox: no host call
+        assert done["error"]["type"] in ("TypeError", "ValueError"), (code, done)
+        assert words in done["error"]["message"] and done["host_calls"] == 0, (code, done)
+    assert driver.ok("1") == 1
+
+
+def test_host_reply_read_deep_in_the_codes_recursion(driver):
+    deep = 0
+    for _ in range(512):
+        deep = [deep]
+    driver.start_run("import sys\n"
+                     "def down(n):\n    return down(n - 1) if n else llm_query('x')\n"
+                     "v = down(sys.getrecursionlimit() - 40)\n"
+                     "str(v).count('[')")
+    _, done = answer_calls(driver, lambda c: {"value": deep})
+    assert done["status"] == "ok" and done["return_value"] == 512, done
 
 
 def test_host_call_budget(driver):

@@ -2,15 +2,19 @@
  * driver in runtime/python): state across runs, return values, errors,
  * output capture (including a child process's), interrupt with state kept,
  * an unstoppable loop reported as state_lost, host calls and their budget,
- * variables. Launches real sandboxes. */
+ * variables, values the channel cannot carry. Launches real sandboxes; the
+ * frame reader's own cases need none. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <arpa/inet.h>
+
 #include "core/box.h"
 #include "harness.h"
 #include "services/session.h"
+#include "services/session_frame.h"
 
 struct fixture {
         struct cage_box *box;
@@ -216,6 +220,100 @@ TEST(variables_round_trip)
         teardown(&f);
 }
 
+/* The message session_frame_take() makes of one frame holding json. */
+static int take(const char *json, json_t **msg)
+{
+        struct session_frame_reader rd = {0};
+        char frame[256];
+        size_t len = strlen(json), off = 0, want;
+        uint32_t hdr[2] = {htonl((uint32_t)len), 0};
+        char *dst;
+        int r = 0;
+        memcpy(frame, hdr, 8);
+        memcpy(frame + 8, json, len);
+        *msg = NULL;
+        while (r == 0 && (want = session_frame_want(&rd, &dst)) > 0) {
+                memcpy(dst, frame + off, want);
+                off += want;
+                r = session_frame_got(&rd, want);
+        }
+        if (r == 0)
+                r = session_frame_take(&rd, msg);
+        session_frame_reset(&rd);
+        return r;
+}
+
+TEST(frame_strings_may_hold_nul_but_not_the_op)
+{
+        json_t *msg = NULL;
+        CHECK(take("{\"op\":\"done\",\"return_value\":\"a\\u0000b\"}", &msg) == 0);
+        json_t *rv = json_object_get(msg, "return_value");
+        CHECK(json_string_length(rv) == 3 && memcmp(json_string_value(rv), "a\0b", 3) == 0);
+        json_decref(msg);
+        CHECK(take("{\"op\":\"done\\u0000x\"}", &msg) == -EPROTO && !msg);
+        /* What the driver must never send: jansson refuses it, and the
+         * session would be lost. */
+        CHECK(take("{\"op\":\"done\",\"return_value\":{\"a\\u0000\":1}}", &msg) == -EPROTO);
+        CHECK(take("{\"op\":\"done\",\"return_value\":18446744073709551616}", &msg) == -EPROTO);
+        CHECK(take("{\"op\":\"done\",\"return_value\":\"\\ud800\"}", &msg) == -EPROTO);
+}
+
+static int nested_host(void *ctx, const char *fn, json_t *args, json_t *kwargs, json_t **value,
+                       char **error)
+{
+        (void)ctx, (void)fn, (void)args, (void)error;
+        json_t *v = json_integer(0);
+        for (json_int_t i = 0; i < json_integer_value(json_object_get(kwargs, "depth")); i++)
+                v = json_pack("[o]", v);
+        *value = v;
+        return 0;
+}
+
+TEST(values_the_channel_cannot_carry_keep_the_session)
+{
+        struct fixture f;
+        struct cage_error err = {0};
+        json_t *answer = NULL;
+        CHECK(setup(&f));
+        if (!f.s)
+                return teardown(&f);
+        json_decref(run(f.s, "kept = 7", 5000, NULL, NULL, 0));
+        json_t *r = run(f.s, "'a\\x00b'", 5000, NULL, NULL, 0);
+        json_t *rv = json_object_get(r, "return_value");
+        CHECK(json_string_length(rv) == 3 && memcmp(json_string_value(rv), "a\0b", 3) == 0);
+        json_decref(r);
+        r = run(f.s, "[2**64, '\\ud800']", 5000, NULL, NULL, 0);
+        CHECK(json_is_null(json_object_get(r, "return_value")));
+        CHECK_STREQ(str(r, "return_repr"), "[18446744073709551616, '\\ud800']");
+        json_decref(r);
+        /* A value nested deeper than the driver reads is refused before it is sent. */
+        json_t *deep = json_integer(1);
+        for (int i = 0; i < SESSION_DEPTH_MAX + 1; i++)
+                deep = json_pack("[o]", deep);
+        json_t *set = json_pack("{s:s, s:s, s:o}", "op", "set", "name", "deep", "value", deep);
+        CHECK(cage_session_request(f.s, set, NULL, 0, 5000, &answer, &err) == -EINVAL);
+        CHECK(strstr(err.message, "deep") != NULL);
+        json_decref(set);
+        /* So is a host's answer: the code gets an error. */
+        int depth = SESSION_DEPTH_MAX;
+        char code[128];
+        snprintf(code, sizeof(code),
+                 "v = tools.nest(depth=%d)\ntry:\n    tools.nest(depth=%d)\n"
+                 "except HostCallError as e:\n    err = str(e)\n[kept, err]",
+                 depth, depth + 1);
+        r = run(f.s, code, 5000, nested_host, NULL, 2);
+        CHECK_STREQ(str(r, "status"), "ok");
+        rv = json_object_get(r, "return_value");
+        const char *message = json_string_value(json_array_get(rv, 1));
+        CHECK(json_integer_value(json_array_get(rv, 0)) == 7);
+        CHECK(message && strstr(message, "nests"));
+        json_decref(r);
+        CHECK(cage_session_alive(f.s));
+        teardown(&f);
+}
+
 RUN_TESTS(T(state_return_values_and_output), T(errors_come_with_the_users_traceback),
           T(timeout_interrupts_and_keeps_state), T(unstoppable_code_loses_the_session_and_says_so),
-          T(host_calls_and_their_budget), T(variables_round_trip))
+          T(host_calls_and_their_budget), T(variables_round_trip),
+          T(frame_strings_may_hold_nul_but_not_the_op),
+          T(values_the_channel_cannot_carry_keep_the_session))
