@@ -222,13 +222,18 @@ check_option_breaks() {
         local option=$1 out refused
         mkdir -p $DROPIN && printf '[Service]\n%s\n' "$option" >$DROPIN/zz-codecage-vm.conf
         systemctl daemon-reload
+        echo data >/tmp/codecage-vm-file.txt
         if timeout 120 systemctl start $UNIT 2>/dev/null; then
-                if out=$(timeout 300 codecage sandbox create nsbox 2>&1); then
-                        echo "created a sandbox with $option: $out"
+                # A file written into the workspace: the files API opens every
+                # path with openat2 (a named sandbox is forked from its
+                # image's template without one).
+                if out=$(timeout 300 codecage sandbox create nsbox 2>&1) &&
+                        out=$(timeout 120 codecage sandbox cp /tmp/codecage-vm-file.txt nsbox:f.txt 2>&1); then
+                        echo "created a sandbox and wrote a file into it with $option: $out"
                         timeout 120 systemctl stop $UNIT
                         return 1
                 fi
-                refused="creation refused: $(echo "$out" | head -1)"
+                refused="refused: $(echo "$out" | head -1)"
         else
                 refused="the server did not start: $(journalctl -u $UNIT -n 30 --no-pager -o cat |
                         grep '^codecage: ' | tail -1)"
@@ -238,11 +243,12 @@ check_option_breaks() {
         rm -rf $DROPIN
         systemctl daemon-reload
         timeout 120 systemctl start $UNIT || { echo "$refused; and no start without it"; return 1; }
-        out=$(timeout 300 codecage sandbox create ok-again 2>&1) ||
-                { echo "$refused; and without it creation still fails: $out"; return 1; }
+        out=$(timeout 300 codecage sandbox create ok-again 2>&1 &&
+                timeout 120 codecage sandbox cp /tmp/codecage-vm-file.txt ok-again:f.txt 2>&1) ||
+                { echo "$refused; and without it it still fails: $out"; return 1; }
         codecage sandbox rm ok-again >/dev/null
         timeout 120 systemctl stop $UNIT
-        echo "$refused; without it, creation works"
+        echo "$refused; without it, creating and writing a file work"
 }
 
 t_checks=$SECONDS
