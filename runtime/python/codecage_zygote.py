@@ -163,9 +163,12 @@ class Template:
         signal.signal(signal.SIGCHLD, lambda *_: None)
         signal.set_wakeup_fd(self.wake_w)
         while True:
-            self.reap()
-            if self.ctl not in select.select([self.ctl, wake_r], [], [])[0]:
+            ready = select.select([self.ctl, wake_r], [], [])[0]
+            if wake_r in ready:
+                # Only then: each wait scans every child we have.
                 drain(wake_r)
+                self.reap()
+            if self.ctl not in ready:
                 continue
             msg, anc, flags, _ = self.ctl.recvmsg(SPAWN_MAX, socket.CMSG_SPACE(4 * 10))
             if not msg:
