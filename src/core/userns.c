@@ -18,10 +18,17 @@
  * held with an open-file-description lock (F_OFD_SETLK), so a sandbox's
  * slot costs no fd of its own and a crash frees it with the process. Locks
  * of one open file description never conflict with each other, so the
- * slots this process holds are also kept in `held`. */
+ * slots this process holds are also kept in `held`.
+ *
+ * Each process takes the first free slot from a base of its own, chosen
+ * at random once: processes rarely collide, and the slots one process
+ * holds stay contiguous. The kernel merges adjacent locks of one open file
+ * description into one range, and every lock call walks the file's list of
+ * ranges: with random slots that list had an entry per live sandbox. */
 static pthread_mutex_t slots_lock = PTHREAD_MUTEX_INITIALIZER;
 static int slots_fd = -1;
 static uint8_t held[UID_SLOT_COUNT / 8];
+static unsigned int slots_base;
 
 static int open_slots_locked(void)
 {
@@ -35,6 +42,9 @@ static int open_slots_locked(void)
         if (fd < 0)
                 return -errno;
         slots_fd = fd;
+        if (getrandom(&slots_base, sizeof(slots_base), GRND_NONBLOCK) != sizeof(slots_base))
+                slots_base = (unsigned int)getpid();
+        slots_base %= UID_SLOT_COUNT;
         return 0;
 }
 
@@ -57,6 +67,22 @@ static void set_held(unsigned int slot, bool on)
                 held[slot / 8] &= (uint8_t) ~(1u << (slot % 8));
 }
 
+/* The first slot from `from` on (wrapping) that this process does not
+ * hold; UID_SLOT_COUNT when it holds them all. */
+static unsigned int next_unheld_locked(unsigned int from)
+{
+        for (unsigned int i = 0; i < UID_SLOT_COUNT; i++) {
+                unsigned int slot = (from + i) % UID_SLOT_COUNT;
+                if (held[slot / 8] == 0xff && slot % 8 == 0) {
+                        i += 7; /* a whole byte held */
+                        continue;
+                }
+                if (!is_held(slot))
+                        return slot;
+        }
+        return UID_SLOT_COUNT;
+}
+
 /* 0: slot is ours now; -EAGAIN: taken (here or by another process). */
 static int try_slot_locked(unsigned int slot)
 {
@@ -77,21 +103,22 @@ int cage_id_slot_acquire(struct id_slot *ret, struct cage_error *err)
                         .privileged = false, .host_uid = geteuid(), .host_gid = getegid()};
                 return 0;
         }
-        /* Start at a random slot so concurrent launchers rarely collide. */
-        unsigned int start = 0;
-        if (getrandom(&start, sizeof(start), GRND_NONBLOCK) != sizeof(start))
-                start = (unsigned int)getpid();
         pthread_mutex_lock(&slots_lock);
         int r = open_slots_locked();
         if (r < 0) {
                 pthread_mutex_unlock(&slots_lock);
                 return cage_fail(err, r, "opening " UID_SLOT_FILE);
         }
-        for (unsigned int i = 0; i < 256; i++) {
-                unsigned int slot = (start + i) % UID_SLOT_COUNT;
+        unsigned int slot = slots_base;
+        for (unsigned int tries = 0; tries < 256; tries++) {
+                slot = next_unheld_locked(slot);
+                if (slot == UID_SLOT_COUNT)
+                        break;
                 r = try_slot_locked(slot);
-                if (r == -EAGAIN)
+                if (r == -EAGAIN) { /* another process's */
+                        slot = (slot + 1) % UID_SLOT_COUNT;
                         continue;
+                }
                 pthread_mutex_unlock(&slots_lock);
                 if (r < 0)
                         return cage_fail(err, r, "locking uid slot %u", slot);
