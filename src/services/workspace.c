@@ -24,6 +24,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -301,6 +302,27 @@ static int loop_configure(int loop_fd, int image_fd)
         return 0;
 }
 
+/* One past the loop device this process bound last. While sandboxes are
+ * only being made, the next free device is there (or does not exist yet),
+ * so LOOP_CTL_GET_FREE, which walks every loop device of the machine, is
+ * skipped. -1 after an unmount (a device below may be free again) and
+ * while an attach is trying it. */
+static atomic_int loop_next = -1;
+
+/* Opens /dev/loop<n> into dev, making the device first when a guessed n
+ * does not exist yet. */
+static int loop_open(int ctl, int n, bool guessed, char dev[static 32])
+{
+        snprintf(dev, 32, "/dev/loop%d", n);
+        int fd = open(dev, O_RDWR | O_CLOEXEC);
+        if (fd >= 0 || !guessed || (errno != ENOENT && errno != ENXIO))
+                return fd < 0 ? -errno : fd;
+        if (ioctl(ctl, LOOP_CTL_ADD, n) < 0 && errno != EEXIST)
+                return -errno;
+        fd = open(dev, O_RDWR | O_CLOEXEC);
+        return fd < 0 ? -errno : fd;
+}
+
 /* Binds image_fd to a free loop device; returns the device's fd (keep it
  * open until a filesystem holds the device, or autoclear releases it) and
  * its path in dev. */
@@ -310,18 +332,21 @@ static int loop_attach(int image_fd, char dev[static 32], struct cage_error *err
         if (ctl < 0)
                 return cage_fail(err, -errno, "open /dev/loop-control");
         for (int i = 0; i < LOOP_ATTACH_TRIES; i++) {
-                int n = ioctl(ctl, LOOP_CTL_GET_FREE);
-                if (n < 0)
+                int n = atomic_exchange(&loop_next, -1);
+                bool guessed = n >= 0;
+                if (!guessed && (n = ioctl(ctl, LOOP_CTL_GET_FREE)) < 0)
                         return cage_fail(err, -errno, "find a free loop device");
-                snprintf(dev, 32, "/dev/loop%d", n);
-                _cleanup_close_ int fd = open(dev, O_RDWR | O_CLOEXEC);
+                _cleanup_close_ int fd = loop_open(ctl, n, guessed, dev);
+                if (fd < 0 && guessed)
+                        continue; /* ask the kernel instead */
                 if (fd < 0)
-                        return cage_fail(err, -errno, "open %s", dev);
+                        return cage_fail(err, fd, "open %s", dev);
                 int r = loop_configure(fd, image_fd);
-                if (r == -EBUSY) /* taken by someone else since GET_FREE */
+                if (r == -EBUSY) /* taken, by someone else or before we looked */
                         continue;
                 if (r < 0)
                         return cage_fail(err, r, "attach the workspace image to %s", dev);
+                atomic_store(&loop_next, n + 1);
                 return TAKE_FD(fd);
         }
         return cage_fail(err, -EBUSY, "no free loop device after %d tries", LOOP_ATTACH_TRIES);
@@ -1079,8 +1104,10 @@ static int unmount_mnt(const struct ws *w, struct cage_error *err)
                 int r = mnt_mounted(w);
                 if (r <= 0)
                         return r < 0 ? cage_fail(err, r, "stat %s", path) : 0;
-                if (umount2(path, UMOUNT_NOFOLLOW) == 0)
+                if (umount2(path, UMOUNT_NOFOLLOW) == 0) {
+                        atomic_store(&loop_next, -1); /* its device is free again */
                         continue;
+                }
                 if (errno != EBUSY)
                         return cage_fail(err, -errno, "unmount %s", path);
                 /* Busy (a process still works in it): detach now; the kernel
@@ -1088,6 +1115,7 @@ static int unmount_mnt(const struct ws *w, struct cage_error *err)
                  * user leaves. */
                 if (umount2(path, MNT_DETACH | UMOUNT_NOFOLLOW) < 0)
                         return cage_fail(err, -errno, "detach %s", path);
+                atomic_store(&loop_next, -1); /* free once its last user goes */
         }
         return cage_fail(err, -EBUSY, "%s: more than %d mounts stacked", path, MOUNT_STACK_MAX);
 }

@@ -129,6 +129,25 @@ static int loops_with_prefix(const char *prefix)
         return n;
 }
 
+/* The index of the first loop device whose backing file starts with
+ * prefix; -1 when none. */
+static int loop_index_of(const char *prefix)
+{
+        for (int i = 0; i < 4096; i++) {
+                char path[96], backing[PATH_MAX];
+                snprintf(path, sizeof(path), "/sys/block/loop%d/loop/backing_file", i);
+                FILE *f = fopen(path, "re");
+                if (!f)
+                        continue;
+                bool ours = fgets(backing, sizeof(backing), f) &&
+                            strncmp(backing, prefix, strlen(prefix)) == 0;
+                fclose(f);
+                if (ours)
+                        return i;
+        }
+        return -1;
+}
+
 /* Loop devices go away with their last user; give the kernel a moment. */
 static int loops_settled(const char *prefix)
 {
@@ -426,6 +445,36 @@ TEST(test_loop_destroy)
         tmp_remove(&t);
 }
 
+/* Workspaces made and destroyed one after another reuse the loop device
+ * each frees, rather than adding a new device every time (the next device
+ * is tried first only while none was freed). Another process may take a
+ * freed device first, hence the margin. */
+TEST(test_loop_devices_reused)
+{
+        REQUIRE_LOOP();
+        struct tmp t;
+        tmp_make(&t);
+        bool seen[4096] = {false};
+        int distinct = 0;
+        for (int i = 0; i < 10; i++) {
+                char id[16];
+                snprintf(id, sizeof(id), "churn%d", i);
+                CHECK(create(&t, id, 16 * MIB, CAGE_WORKSPACE_LOOP) == 0);
+                free(mount_ok(&t, id));
+                int n = loop_index_of(path_of(&t, id));
+                CHECK(n >= 0);
+                if (n >= 0 && !seen[n]) {
+                        seen[n] = true;
+                        distinct++;
+                }
+                struct cage_error err = {0};
+                CHECK(cage_workspace_destroy(t.base, id, &err) == 0);
+                CHECK(loops_settled(path_of(&t, id)) == 0);
+        }
+        CHECK(distinct <= 5);
+        tmp_remove(&t);
+}
+
 /* A clone of the mount (what a running sandbox holds) keeps the filesystem
  * and its loop device alive after unmount: a second attach must wait. */
 TEST(test_loop_refuses_double_attach)
@@ -668,7 +717,8 @@ TEST(test_destroy_deep_tree)
 }
 
 RUN_TESTS(T(test_bad_input), T(test_backend_names), T(test_loop_create_mount),
-          T(test_loop_template), T(test_loop_cap_enospc), T(test_loop_persistence),
-          T(test_loop_destroy), T(test_loop_refuses_double_attach), T(test_loop_unmount_busy),
-          T(test_sweep), T(test_loop_timing_1gib), T(test_dir_roundtrip), T(test_dir_damaged_root),
-          T(test_destroy_never_follows_symlinks), T(test_destroy_deep_tree))
+          T(test_loop_devices_reused), T(test_loop_template), T(test_loop_cap_enospc),
+          T(test_loop_persistence), T(test_loop_destroy), T(test_loop_refuses_double_attach),
+          T(test_loop_unmount_busy), T(test_sweep), T(test_loop_timing_1gib), T(test_dir_roundtrip),
+          T(test_dir_damaged_root), T(test_destroy_never_follows_symlinks),
+          T(test_destroy_deep_tree))
