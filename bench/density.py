@@ -244,23 +244,40 @@ def leftovers(data, pid, slots, kept=()):
     return out
 
 
+def is_zygote(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"codecage's zygote" in f.read()
+    except OSError:
+        return False
+
+
+def templates(srv_pid):
+    """The image's zygote templates the server runs: each is its child (an
+    init) and grandchild (the interpreter); their sandboxes are beneath."""
+    kept = set()
+    for k in server_children(srv_pid):
+        zygotes = {g for g in server_children(int(k)) if is_zygote(g)}
+        if zygotes:
+            kept |= {k} | zygotes
+    return kept
+
+
 def kept_between_sandboxes(c, data, srv):
     """One sandbox created, used and removed before the run: what the server
-    keeps for the next one (the zygote template of the image, started by the
-    first create) is there from then on, and is not left over at the end."""
+    keeps for the next one (a zygote template of the image, started by the
+    first create) is there from then on, and is not left over at the end.
+    A template makes a bounded number of sandboxes, then a new one takes
+    over; the old one ends with its last sandbox. So at the end, one
+    template is kept, whichever it is."""
     for method, path, body in (("POST", "/v1/sandboxes", {"name": "warm", "memory_mib": 64}),
                                ("POST", "/v1/sandboxes/warm/python", {"code": "x = 0"}),
                                ("DELETE", "/v1/sandboxes/warm", None)):
         st, reply = c.req(method, path, body)
         assert st in (200, 201, 204), (path, st, reply)
-    # The template is the server's child (its init) and grandchild (its
-    # interpreter); the sandboxes it forks are beneath those.
     deadline = time.monotonic() + 60
     while True:
-        kids = server_children(srv.pid)
-        kept = set(kids)
-        for k in kids:
-            kept |= server_children(int(k))
+        kept = templates(srv.pid)
         if set(map(str, descendants(srv.pid))) <= kept or time.monotonic() > deadline:
             return kept, leftovers(data, srv.pid, set())
         time.sleep(0.05)
@@ -443,9 +460,11 @@ def run(a, n, block, data, sock, srv, base, a0, u0, k0):
         print(f"removed {k} (answered) in {dt:.1f} s: {k / dt:.1f}/s")
     # Teardown finishes off the request path: wait until nothing is left.
     while time.monotonic() - t < dt + 300:
+        kept = templates(srv.pid)
         left = {key: v - left0.get(key, 0)
-                for key, v in leftovers(data, srv.pid, slots, kids0).items()}
-        kids = {p for p in map(str, descendants(srv.pid)) if p not in kids0 and not is_reaper(p)}
+                for key, v in leftovers(data, srv.pid, slots, kept).items()}
+        left["zygote templates beyond one"] = max(0, len(kept) // 2 - 1)
+        kids = {p for p in map(str, descendants(srv.pid)) if p not in kept and not is_reaper(p)}
         # Kept for the next sandbox: the memfd of codecage-init, the uid slots' lock file.
         if not any(left.values()) and not kids and fds(srv.pid) <= fd0 + 2:
             break

@@ -648,6 +648,11 @@ bool cage_zygote_alive(struct cage_zygote *z)
         return alive;
 }
 
+unsigned cage_zygote_sandboxes(struct cage_zygote *z)
+{
+        return __atomic_load_n(&z->refs, __ATOMIC_ACQUIRE) - 1; /* the caller's hold */
+}
+
 static void zygote_destroy(struct cage_zygote *z)
 {
         close_fd(&z->ctl);

@@ -43,6 +43,8 @@ int cage_zygote_fork(struct cage_zygote *z, const struct cage_spec *spec, struct
 struct cage_box *cage_zygote_template(struct cage_zygote *z);
 /* Whether the template still serves forks. */
 bool cage_zygote_alive(struct cage_zygote *z);
+/* How many sandboxes it forked are alive (the caller holds z). */
+unsigned cage_zygote_sandboxes(struct cage_zygote *z);
 /* Drops the caller's hold: no more forks, and the template is killed once
  * no sandbox it forked is alive (they live in its pid namespace, so they
  * end with it: a template that ends by itself takes them along). Accepts

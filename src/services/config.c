@@ -1230,6 +1230,11 @@ static int parse_scalars(json_t *root, struct cage_config *cfg, struct cage_erro
         cfg->fork_sandboxes = true;
         if ((r = get_bool(root, "", "fork_sandboxes", &cfg->fork_sandboxes, err)) < 0)
                 return r;
+        r = config_get_number(root, "", "sandboxes_per_template", NUM_U64, 1,
+                              CAGE_CONFIG_PER_TEMPLATE_MAX, &v, err);
+        if (r < 0)
+                return r;
+        cfg->sandboxes_per_template = r ? (uint32_t)v : 500;
         r = config_get_number(root, "", "drain_timeout_s", NUM_U64, 0, DRAIN_MAX, &v, err);
         if (r < 0)
                 return r;
@@ -1328,6 +1333,7 @@ static int config_from_json(json_t *root, struct cage_config **ret, struct cage_
                                            "audit_log",
                                            "pool_size",
                                            "fork_sandboxes",
+                                           "sandboxes_per_template",
                                            "upstream_servers",
                                            "network",
                                            "pip",

@@ -27,21 +27,22 @@
 struct cage_redactor;
 
 /* Bounds on everything a config file can hold. */
-#define CAGE_CONFIG_FILE_MAX        (1024 * 1024)
-#define CAGE_CONFIG_PATH_MAX        4095
-#define CAGE_CONFIG_SECRETS_MAX     256
-#define CAGE_CONFIG_SECRET_NAME_MAX 64
-#define CAGE_CONFIG_SECRET_MAX      (64 * 1024) /* bytes of one secret value */
-#define CAGE_CONFIG_TENANTS_MAX     1024
-#define CAGE_CONFIG_TENANT_NAME_MAX 63
-#define CAGE_CONFIG_TOKEN_MIN       16
-#define CAGE_CONFIG_TOKEN_MAX       1024
-#define CAGE_CONFIG_ENV_ALLOW_MAX   256
-#define CAGE_CONFIG_ENV_NAME_MAX    128
-#define CAGE_CONFIG_MOUNTS_MAX      64
-#define CAGE_CONFIG_POOL_MAX        256
-#define CAGE_CONFIG_POOL_IMAGES_MAX 32 /* entries of `pool` */
-#define CAGE_CONFIG_UPSTREAMS_MAX   32
+#define CAGE_CONFIG_FILE_MAX         (1024 * 1024)
+#define CAGE_CONFIG_PATH_MAX         4095
+#define CAGE_CONFIG_SECRETS_MAX      256
+#define CAGE_CONFIG_SECRET_NAME_MAX  64
+#define CAGE_CONFIG_SECRET_MAX       (64 * 1024) /* bytes of one secret value */
+#define CAGE_CONFIG_TENANTS_MAX      1024
+#define CAGE_CONFIG_TENANT_NAME_MAX  63
+#define CAGE_CONFIG_TOKEN_MIN        16
+#define CAGE_CONFIG_TOKEN_MAX        1024
+#define CAGE_CONFIG_ENV_ALLOW_MAX    256
+#define CAGE_CONFIG_ENV_NAME_MAX     128
+#define CAGE_CONFIG_MOUNTS_MAX       64
+#define CAGE_CONFIG_POOL_MAX         256
+#define CAGE_CONFIG_PER_TEMPLATE_MAX 1000000
+#define CAGE_CONFIG_POOL_IMAGES_MAX  32 /* entries of `pool` */
+#define CAGE_CONFIG_UPSTREAMS_MAX    32
 
 /* The most a single request may ask for. */
 struct cage_config_limits {
@@ -175,6 +176,7 @@ struct cage_config {
         struct cage_quotas quotas;           /* every tenant's, unless its entry says otherwise */
         uint32_t pool_size;                  /* warm sandboxes kept for one-shot Python runs */
         bool fork_sandboxes;                 /* named sandboxes forked from their image's zygote */
+        uint32_t sandboxes_per_template;     /* forks before a fresh template takes over */
         struct cage_pool_image *pool_images; /* the `pool` section: warm sandboxes per image */
         size_t n_pool_images;
         json_t *upstream_servers; /* validated [{name, command, allow?}] or NULL */

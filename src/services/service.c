@@ -1101,6 +1101,7 @@ static void *reaper_main(void *arg)
                 pthread_mutex_unlock(&svc->lock);
                 stop_idle(svc);
                 svc_expire_runs(svc);
+                svc_zygotes_sweep(svc);
                 pthread_mutex_lock(&svc->lock);
         }
         pthread_mutex_unlock(&svc->lock);

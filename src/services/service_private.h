@@ -206,6 +206,8 @@ int svc_zygote_fork(struct cage_service *svc, const struct svc_spec *spec,
                     struct cage_session **session, struct cage_error *err);
 /* Each image's template: running, sandboxes made, the last error. */
 json_t *svc_zygotes_stats(struct cage_service *svc);
+/* Frees retired templates whose sandboxes all ended (the idle reaper). */
+void svc_zygotes_sweep(struct cage_service *svc);
 
 /* Images (service_images.c): the store, and an image for a launch — got,
  * or pulled on first use when the pull policy allows (progress through

@@ -15,7 +15,17 @@
  * A template is started on the first create that wants it, again after it
  * ended (at most every ZYGOTE_RETRY_MS), and when its image's reference
  * now names another root. Forks hold a reference, so a template that is
- * replaced is freed once no fork uses it. */
+ * replaced is freed once no fork uses it.
+ *
+ * A template also retires after `sandboxes_per_template` forks (config),
+ * and a fresh one takes over. Every child stays linked to its template's
+ * memory: the kernel's reverse map of each of those pages lists every
+ * child, and the template's own lists (children, pid namespace) grow with
+ * them, so costs that walk them grow with the sandboxes alive. A retired
+ * template lives until its last sandbox ends (they live in its pid
+ * namespace); the reaper frees it then (svc_zygotes_sweep). At most ZYGOTE_RETIRED_MAX retire per
+ * image: past that, the current one goes on forking, so sandboxes that
+ * outlive their generation pin a bounded number of templates. */
 #include <errno.h>
 #include <stdbool.h>
 #include <pthread.h>
@@ -33,11 +43,13 @@
 #define ZYGOTE_RETRY_MS       5000  /* after a template ended or failed to start */
 #define ZYGOTE_UNSUPPORTED_MS 60000 /* after an image's Python could not host one */
 #define ZYGOTE_IMAGES_MAX     16    /* images with a template of their own */
+#define ZYGOTE_RETIRED_MAX    8     /* retired templates kept for their sandboxes, per image */
 
 struct zygote_ref {
         struct cage_zygote *z;
-        char *rootfs;  /* the image root the template runs (its spec's image) */
-        unsigned refs; /* under the registry's lock */
+        char *rootfs;   /* the image root the template runs (its spec's image) */
+        unsigned refs;  /* under the registry's lock */
+        uint64_t forks; /* sandboxes it made */
 };
 
 struct named_zygote {
@@ -46,6 +58,8 @@ struct named_zygote {
         uint64_t retry_ms;                                   /* no new template before */
         uint64_t forks;                                      /* sandboxes it made */
         char why[sizeof(((struct cage_error *)0)->message)]; /* the last failure, or "" */
+        struct zygote_ref *retired[ZYGOTE_RETIRED_MAX];      /* with sandboxes alive */
+        size_t n_retired;
 };
 
 struct svc_zygotes {
@@ -110,8 +124,11 @@ void svc_zygotes_close(struct cage_service *svc)
         struct svc_zygotes *zs = svc->zygotes;
         if (!zs)
                 return;
-        for (size_t i = 0; i < zs->n; i++)
+        for (size_t i = 0; i < zs->n; i++) {
                 unref(zs->entries[i].ref);
+                for (size_t j = 0; j < zs->entries[i].n_retired; j++)
+                        unref(zs->entries[i].retired[j]);
+        }
         pthread_mutex_destroy(&zs->lock);
         free(zs);
         svc->zygotes = NULL;
@@ -154,6 +171,44 @@ static void start_template(struct cage_service *svc, struct named_zygote *e)
         e->why[0] = '\0';
 }
 
+/* Under the lock: frees the retired templates whose sandboxes all ended. */
+static void sweep_locked(struct named_zygote *e)
+{
+        size_t kept = 0;
+        for (size_t i = 0; i < e->n_retired; i++) {
+                struct zygote_ref *ref = e->retired[i];
+                if (cage_zygote_sandboxes(ref->z) == 0 || !cage_zygote_alive(ref->z))
+                        unref(ref);
+                else
+                        e->retired[kept++] = ref;
+        }
+        e->n_retired = kept;
+}
+
+/* Under the lock: the current template makes way for a fresh one once it
+ * made a generation of sandboxes, if another may retire. */
+static void retire_locked(struct named_zygote *e, uint32_t generation)
+{
+        if (!e->ref || e->ref->forks < generation)
+                return;
+        sweep_locked(e);
+        if (e->n_retired == ZYGOTE_RETIRED_MAX)
+                return;
+        e->retired[e->n_retired++] = e->ref;
+        e->ref = NULL;
+}
+
+void svc_zygotes_sweep(struct cage_service *svc)
+{
+        struct svc_zygotes *zs = svc->zygotes;
+        if (!zs)
+                return;
+        pthread_mutex_lock(&zs->lock);
+        for (size_t i = 0; i < zs->n; i++)
+                sweep_locked(&zs->entries[i]);
+        pthread_mutex_unlock(&zs->lock);
+}
+
 /* A reference to the running template of image whose root is rootfs,
  * started if need be; NULL with *why when there is none. */
 static struct zygote_ref *acquire(struct cage_service *svc, const char *image, const char *rootfs,
@@ -166,6 +221,8 @@ static struct zygote_ref *acquire(struct cage_service *svc, const char *image, c
                 unref(e->ref); /* ended, or the reference names another root now */
                 e->ref = NULL;
         }
+        if (e)
+                retire_locked(e, svc->cfg->sandboxes_per_template);
         if (e && !e->ref && clock_mono_ms() >= e->retry_ms)
                 start_template(svc, e);
         struct zygote_ref *ref = e ? e->ref : NULL;
@@ -188,9 +245,10 @@ static void release(struct cage_service *svc, struct zygote_ref *ref, const char
         struct svc_zygotes *zs = svc->zygotes;
         pthread_mutex_lock(&zs->lock);
         struct named_zygote *e = entry_of(zs, image);
-        if (e && !failed)
+        if (e && !failed) {
                 e->forks++;
-        else if (e)
+                ref->forks++;
+        } else if (e)
                 snprintf(e->why, sizeof(e->why), "%s", failed->message);
         /* A template that did not answer in time, or is gone, is replaced:
          * every create would wait for it again. */
@@ -236,9 +294,9 @@ json_t *svc_zygotes_stats(struct cage_service *svc)
         pthread_mutex_lock(&zs->lock);
         for (size_t i = 0; a && i < zs->n; i++) {
                 const struct named_zygote *e = &zs->entries[i];
-                json_t *o = json_pack("{s:s, s:b, s:I}", "image", e->image, "running",
+                json_t *o = json_pack("{s:s, s:b, s:I, s:I}", "image", e->image, "running",
                                       e->ref && cage_zygote_alive(e->ref->z), "forks",
-                                      (json_int_t)e->forks);
+                                      (json_int_t)e->forks, "retired", (json_int_t)e->n_retired);
                 if (o && e->why[0])
                         json_object_set_new(o, "error", json_string(e->why));
                 json_array_append_new(a, o);

@@ -9,7 +9,8 @@ import uuid
 
 import pytest
 
-from serverlib import Server
+from conftest import wait_until
+from serverlib import Server, pids_of_server
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the server's workspaces need root")
 
@@ -117,3 +118,77 @@ def test_a_replaced_template_keeps_the_sandboxes_it_forked(tmp_path):
         assert python(s, "v2", "x")["return_value"] == "2"
     finally:
         s.stop()
+
+
+def ppid(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def templates(server):
+    """Pids of the server's zygote templates: interpreters whose init is the
+    server's child (the sandboxes' drivers run the same program one level
+    down, beneath their own init)."""
+    found = set()
+    for pid in pids_of_server(server.proc.pid):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"codecage's zygote" not in f.read():
+                    continue
+            if ppid(ppid(pid)) == server.proc.pid:
+                found.add(pid)
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def stats(server):
+    return next(z for z in server.ok("GET", "/v1/pool")["sandbox_zygotes"] if z["image"] == IMAGE)
+
+
+def test_a_template_retires_after_its_generation_and_ends_with_its_last_sandbox(tmp_path):
+    """After `sandboxes_per_template` forks a fresh template takes over; the
+    retired one keeps serving its sandboxes' sessions (they live in its pid
+    namespace) and is freed once they are all gone."""
+    server = Server(tmp_path, extra={"sandboxes_per_template": 2, "pool_size": 0})
+    try:
+        names = [f"g{i}" for i in range(5)]
+        for i, name in enumerate(names):
+            server.ok("POST", "/v1/sandboxes", {"name": name})
+            python(server, name, f"x = {i}")
+        z = stats(server)
+        assert (z["forks"], z["retired"]) == (5, 2), z
+        assert len(templates(server)) == 3
+        for i, name in enumerate(names):
+            r = python(server, name, "x")
+            assert r["return_value"] == i and not r["restarted"], r
+
+        first = templates(server)
+        for name in names[:2]:  # the first template's two sandboxes
+            server.ok("DELETE", f"/v1/sandboxes/{name}")
+        assert wait_until(lambda: stats(server)["retired"] == 1, timeout=30), stats(server)
+        assert wait_until(lambda: len(templates(server)) == 2, timeout=30), templates(server)
+        assert templates(server) < first
+        for i, name in enumerate(names[2:], 2):
+            assert python(server, name, "x")["return_value"] == i
+    finally:
+        server.stop()
+
+
+def test_retired_templates_are_bounded(tmp_path):
+    """Sandboxes that outlive their template's generation pin it; past 8
+    retired templates per image the current one goes on forking, so they
+    cannot pin templates without end."""
+    server = Server(tmp_path, extra={"sandboxes_per_template": 1, "pool_size": 0})
+    try:
+        names = [f"b{i}" for i in range(12)]
+        for i, name in enumerate(names):
+            server.ok("POST", "/v1/sandboxes", {"name": name})
+            python(server, name, f"x = {i}")
+        z = stats(server)
+        assert (z["forks"], z["retired"]) == (12, 8), z
+        assert len(templates(server)) == 9
+        for i, name in enumerate(names):
+            assert python(server, name, "x")["return_value"] == i
+    finally:
+        server.stop()
