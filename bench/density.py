@@ -14,6 +14,10 @@ Python session. Printed:
       measured in this run with the same N (capped at --baseline-n)
   removal rate of all N, and what is left afterwards (processes, cgroups,
       mounts, loop devices, server fds)
+  the machine's own cost of a fresh page at each block (a bare process
+      writing 64 MiB it just mapped): on a VM whose host backs guest memory
+      lazily it grows as memory fills, and every sandbox is made of fresh
+      pages, so it bounds how flat creation can be there
 
 Usage (root): sudo bench/density.py [--n 4000] [--build build] [--block 500]
               [--baseline-n 200] [--data DIR] [--concurrency K]
@@ -130,6 +134,24 @@ def pss_kib(pids):
         except (OSError, StopIteration):
             pass
     return pss, pte
+
+
+FRESH_PAGE_PROBE = (
+    "import mmap, time\n"
+    "n = 64 << 20\n"
+    "m = mmap.mmap(-1, n)\n"
+    "t = time.perf_counter()\n"
+    "for off in range(0, n, 4096):\n"
+    "    m[off] = 1\n"
+    "print((time.perf_counter() - t) * 1e9 / (n // 4096))\n")
+
+
+def fresh_page_ns():
+    """What writing a page it just mapped costs a bare process, in ns: the
+    machine's baseline for everything a sandbox is made of."""
+    out = subprocess.run([sys.executable, "-c", FRESH_PAGE_PROBE], capture_output=True,
+                         text=True, check=True).stdout
+    return float(out)
 
 
 def settle():
@@ -296,6 +318,9 @@ def main():
                     help="stop creating when the machine has less memory available (default 1536)")
     ap.add_argument("--data", default="")
     ap.add_argument("--no-baseline", action="store_true")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
+                    help="a top-level key of the server's config (docs/CONFIG.md), e.g. "
+                         "sandboxes_per_template=250 or fork_sandboxes=false; repeatable")
     a = ap.parse_args()
     n = a.n
     block = a.block or min(500, max(1, n // 8))
@@ -304,6 +329,9 @@ def main():
     sock = os.path.join(data, "s.sock")
     cfg = {"data_dir": data, "listen": {"http": None, "unix": sock}, "pool_size": 0,
            "limits": {"max_sandboxes_per_tenant": max(64, n)}}
+    for item in a.set:
+        key, _, value = item.partition("=")
+        cfg[key] = json.loads(value)
     cfgp = os.path.join(data, "config.json")
     with open(cfgp, "w") as f:
         json.dump(cfg, f)
@@ -350,7 +378,7 @@ def run(a, n, block, data, sock, srv, base, a0, u0, k0):
           f"{len(kids0)} processes (the image's zygote template), {left0}")
 
     names = []
-    rates = []
+    rates, pages = [], []
     t_block = time.monotonic()
     t_all = t_block
     checkpoints = sorted({64, 1000, n} & set(range(1, n + 1)))
@@ -404,9 +432,12 @@ def run(a, n, block, data, sock, srv, base, a0, u0, k0):
             if k % block == 0:
                 now = time.monotonic()
                 rates.append(block / (now - t_block))
+                t_probe = time.monotonic()
+                pages.append(fresh_page_ns())
+                t_all += time.monotonic() - t_probe  # not creation time
                 print(f"  {k:5d} live: last {block} at {rates[-1]:.1f}/s, server {fds(srv.pid)} fds "
-                      f"{threads(srv.pid)} threads", flush=True)
-                t_block = now
+                      f"{threads(srv.pid)} threads; a fresh page {pages[-1]:.0f} ns", flush=True)
+                t_block = time.monotonic()
             if k in checkpoints:
                 t_pause = time.monotonic()
                 lat = calls(k)
@@ -422,7 +453,9 @@ def run(a, n, block, data, sock, srv, base, a0, u0, k0):
     print(f"reached {k} live sandboxes with sessions, {k / t_create:.1f} created/s overall")
     if len(rates) >= 2:
         print(f"creation rate: first block {rates[0]:.1f}/s, last block {rates[-1]:.1f}/s "
-              f"(ratio {rates[-1] / rates[0]:.2f})")
+              f"(ratio {rates[-1] / rates[0]:.2f}); the machine's fresh page: "
+              f"{pages[0]:.0f} ns after the first block, {pages[-1]:.0f} ns after the last "
+              f"(ratio {pages[-1] / pages[0]:.2f})")
     if k and k not in checkpoints:
         lat = calls(k)
         print(f"  {k:5d} live: call x + 1 p50 {pct(lat, .5):.3f} ms p90 {pct(lat, .9):.3f} ms")
