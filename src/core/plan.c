@@ -281,8 +281,10 @@ static void find_arg_area(struct launch_plan *plan)
         plan_arg_area(&plan->arg_start, &plan->arg_end);
 }
 
-static char *copy_str(char **pos, const char *s)
+char *plan_copy_str(char **pos, const char *s)
 {
+        if (!s)
+                return NULL;
         size_t n = strlen(s) + 1;
         char *d = memcpy(*pos, s, n);
         *pos += n;
@@ -308,11 +310,11 @@ static int copy_exec_strings(struct launch_plan *plan, const struct cage_spec *s
         }
         plan->strings = pos;
         for (size_t i = 0; i < argc; i++)
-                argv[i] = copy_str(&pos, spec->argv[i]);
+                argv[i] = plan_copy_str(&pos, spec->argv[i]);
         plan->argv = argv;
-        plan->workdir = copy_str(&pos, spec->workdir);
+        plan->workdir = plan_copy_str(&pos, spec->workdir);
         for (size_t i = 0; i < n_env; i++)
-                envp[i] = copy_str(&pos, envp[i]);
+                envp[i] = plan_copy_str(&pos, envp[i]);
         return 0;
 }
 

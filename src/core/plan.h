@@ -13,6 +13,8 @@
 int plan_check_inputs(const struct cage_spec *spec, struct cage_error *err);
 int plan_build(struct launch_plan *plan, const struct cage_spec *spec, struct cage_error *err);
 void plan_free(struct launch_plan *plan);
+/* Copies s (NULL stays NULL) to *pos, which it advances; returns the copy. */
+char *plan_copy_str(char **pos, const char *s);
 
 /* [arg_start, arg_end) of /proc/self/stat: this process's argv strings,
  * which /proc/PID/cmdline shows; 0, 0 when unknown. */

@@ -90,16 +90,6 @@ struct cage_zygote {
 
 /* ---- start ---- */
 
-static const char *keep(char **pos, const char *s)
-{
-        if (!s)
-                return NULL;
-        size_t n = strlen(s) + 1;
-        const char *copy = memcpy(*pos, s, n);
-        *pos += n;
-        return copy;
-}
-
 /* The children's spec outlives the caller's strings (forks without a spec
  * of their own build their plan from it): its image, working directory,
  * environment and debug step are copied. */
@@ -115,11 +105,11 @@ static int keep_spec_strings(struct cage_zygote *z)
         char *pos = z->strings = malloc(bytes ? bytes : 1);
         if (!pos)
                 return -ENOMEM;
-        s->image = keep(&pos, s->image);
-        s->workdir = keep(&pos, s->workdir);
-        s->debug_fail_step = keep(&pos, s->debug_fail_step);
+        s->image = plan_copy_str(&pos, s->image);
+        s->workdir = plan_copy_str(&pos, s->workdir);
+        s->debug_fail_step = plan_copy_str(&pos, s->debug_fail_step);
         for (size_t i = 0; i < s->n_env; i++)
-                s->env[i] = keep(&pos, s->env[i]);
+                s->env[i] = plan_copy_str(&pos, s->env[i]);
         return 0;
 }
 
@@ -487,19 +477,25 @@ static int recv_sync(struct fork_fds *f, char *buf, size_t size, struct ucred *c
         return 0;
 }
 
-/* The child's "p", sent before it has its own ids (it has the template's):
- * its pid. */
-static int wait_placed(struct cage_zygote *z, struct fork_fds *f, pid_t *ret,
-                       struct cage_error *err)
+/* The child's sync message `kind`, sent as ids by want_pid (any pid when
+ * 0); its pid in *ret. "p" comes before the child has its own ids (it has
+ * the template's) and gives us its pid; "r" says every step of its launch
+ * is done, and must come from the process we placed, as the ids it was
+ * given. */
+static int expect_sync(struct fork_fds *f, char kind, pid_t want_pid, const struct id_slot *ids,
+                       pid_t *ret, struct cage_error *err)
 {
         char buf[256];
         struct ucred cred;
         int r = recv_sync(f, buf, sizeof(buf), &cred, err);
         if (r < 0)
                 return r;
-        if (buf[0] != 'p' || cred.pid <= 0 || cred.uid != z->shared.host_uid ||
-            cred.gid != z->shared.host_gid)
-                return cage_fail_plain(err, -EPROTO, "zygote: unexpected message");
+        bool sender = want_pid ? cred.pid == want_pid : cred.pid > 0;
+        if (buf[0] != kind || !sender || cred.uid != ids->host_uid || cred.gid != ids->host_gid)
+                return cage_fail_plain(err, -EPROTO,
+                                       "zygote: \"%c\" from pid %d uid %u is not what the new "
+                                       "sandbox was to send",
+                                       kind, (int)cred.pid, (unsigned)cred.uid);
         *ret = cred.pid;
         return 0;
 }
@@ -519,24 +515,6 @@ static int place(struct launcher *l, struct fork_fds *f, pid_t pid, struct cage_
         }
         if (send(f->sync, "c", 1, MSG_NOSIGNAL) != 1)
                 return cage_fail(err, -errno, "zygote: waking the new sandbox");
-        return 0;
-}
-
-/* Its "r": every step of its launch done (or the step that failed), sent
- * by the process we placed, as the ids it was given. */
-static int wait_done(struct fork_fds *f, pid_t pid, const struct id_slot *ids,
-                     struct cage_error *err)
-{
-        char buf[256];
-        struct ucred cred;
-        int r = recv_sync(f, buf, sizeof(buf), &cred, err);
-        if (r < 0)
-                return r;
-        close_fd(&f->sync);
-        if (buf[0] != 'r' || cred.pid != pid || cred.uid != ids->host_uid ||
-            cred.gid != ids->host_gid)
-                return cage_fail_plain(err, -EPROTO,
-                                       "zygote: the new sandbox is not the uid it was given");
         return 0;
 }
 
@@ -582,11 +560,13 @@ static int spawn_child(struct cage_zygote *z, struct launcher *l, struct launch_
         if (r == 0)
                 r = send_spawn(z, text, f, err);
         if (r == 0)
-                r = wait_placed(z, f, pid, err);
+                r = expect_sync(f, 'p', 0, &z->shared, pid, err);
         if (r == 0)
                 r = place(l, f, *pid, err);
+        pid_t done;
         if (r == 0)
-                r = wait_done(f, *pid, ids, err);
+                r = expect_sync(f, 'r', *pid, ids, &done, err);
+        close_fd(&f->sync);
         return r;
 }
 
