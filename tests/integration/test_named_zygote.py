@@ -146,16 +146,22 @@ def stats(server):
     return next(z for z in server.ok("GET", "/v1/pool")["sandbox_zygotes"] if z["image"] == IMAGE)
 
 
+def sandboxes_with_x(server, prefix, n):
+    """n sandboxes, the i-th with x = i in its session; their names."""
+    names = [f"{prefix}{i}" for i in range(n)]
+    for i, name in enumerate(names):
+        server.ok("POST", "/v1/sandboxes", {"name": name})
+        python(server, name, f"x = {i}")
+    return names
+
+
 def test_a_template_retires_after_its_generation_and_ends_with_its_last_sandbox(tmp_path):
     """After `sandboxes_per_template` forks a fresh template takes over; the
     retired one keeps serving its sandboxes' sessions (they live in its pid
     namespace) and is freed once they are all gone."""
     server = Server(tmp_path, extra={"sandboxes_per_template": 2, "pool_size": 0})
     try:
-        names = [f"g{i}" for i in range(5)]
-        for i, name in enumerate(names):
-            server.ok("POST", "/v1/sandboxes", {"name": name})
-            python(server, name, f"x = {i}")
+        names = sandboxes_with_x(server, "g", 5)
         z = stats(server)
         assert (z["forks"], z["retired"]) == (5, 2), z
         assert len(templates(server)) == 3
@@ -181,10 +187,7 @@ def test_retired_templates_are_bounded(tmp_path):
     cannot pin templates without end."""
     server = Server(tmp_path, extra={"sandboxes_per_template": 1, "pool_size": 0})
     try:
-        names = [f"b{i}" for i in range(12)]
-        for i, name in enumerate(names):
-            server.ok("POST", "/v1/sandboxes", {"name": name})
-            python(server, name, f"x = {i}")
+        names = sandboxes_with_x(server, "b", 12)
         z = stats(server)
         assert (z["forks"], z["retired"]) == (12, 8), z
         assert len(templates(server)) == 9

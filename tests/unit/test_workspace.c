@@ -111,40 +111,35 @@ static int mounts_with_prefix(const char *prefix)
         return n;
 }
 
+/* Whether loop device i is bound to a file whose path starts with prefix. */
+static bool loop_backed_by(int i, const char *prefix)
+{
+        char path[96], backing[PATH_MAX];
+        snprintf(path, sizeof(path), "/sys/block/loop%d/loop/backing_file", i);
+        FILE *f = fopen(path, "re");
+        if (!f)
+                return false;
+        bool ours =
+                fgets(backing, sizeof(backing), f) && strncmp(backing, prefix, strlen(prefix)) == 0;
+        fclose(f);
+        return ours;
+}
+
 /* Loop devices whose backing file starts with prefix. */
 static int loops_with_prefix(const char *prefix)
 {
         int n = 0;
-        for (int i = 0; i < 4096; i++) {
-                char path[96], backing[PATH_MAX];
-                snprintf(path, sizeof(path), "/sys/block/loop%d/loop/backing_file", i);
-                FILE *f = fopen(path, "re");
-                if (!f)
-                        continue;
-                if (fgets(backing, sizeof(backing), f) &&
-                    strncmp(backing, prefix, strlen(prefix)) == 0)
-                        n++;
-                fclose(f);
-        }
+        for (int i = 0; i < 4096; i++)
+                n += loop_backed_by(i, prefix);
         return n;
 }
 
-/* The index of the first loop device whose backing file starts with
- * prefix; -1 when none. */
+/* The index of the first of them; -1 when none. */
 static int loop_index_of(const char *prefix)
 {
-        for (int i = 0; i < 4096; i++) {
-                char path[96], backing[PATH_MAX];
-                snprintf(path, sizeof(path), "/sys/block/loop%d/loop/backing_file", i);
-                FILE *f = fopen(path, "re");
-                if (!f)
-                        continue;
-                bool ours = fgets(backing, sizeof(backing), f) &&
-                            strncmp(backing, prefix, strlen(prefix)) == 0;
-                fclose(f);
-                if (ours)
+        for (int i = 0; i < 4096; i++)
+                if (loop_backed_by(i, prefix))
                         return i;
-        }
         return -1;
 }
 
