@@ -381,6 +381,26 @@ int plan_check_inputs(const struct cage_spec *spec, struct cage_error *err)
         return 0;
 }
 
+int plan_build_process(struct launch_plan *plan, const struct cage_spec *spec,
+                       struct cage_error *err)
+{
+        plan->spec = spec;
+        plan->disable = spec->debug_disable;
+        plan->scratch_workspace = !spec_mounts_workspace(spec);
+        /* tmpfs inodes cost kernel memory and are otherwise unbounded: one
+         * per SCRATCH_BYTES_PER_INODE of the disk size (0: unlimited). */
+        bool unlimited = spec->debug_disable & CAGE_DEBUG_NO_LIMITS;
+        uint64_t size = unlimited ? 0 : spec->disk_bytes;
+        uint64_t inodes = unlimited ? 0 : size / SCRATCH_BYTES_PER_INODE;
+        if (!unlimited && inodes < SCRATCH_INODES_MIN)
+                inodes = SCRATCH_INODES_MIN;
+        snprintf(plan->scratch_opts, sizeof(plan->scratch_opts),
+                 "size=%llu,nr_inodes=%llu,mode=0755", (unsigned long long)size,
+                 (unsigned long long)inodes);
+        int r = build_env(plan, spec);
+        return r < 0 ? cage_fail(err, r, "building the environment") : 0;
+}
+
 int plan_build(struct launch_plan *plan, const struct cage_spec *spec, struct cage_error *err)
 {
         int r;
@@ -401,19 +421,8 @@ int plan_build(struct launch_plan *plan, const struct cage_spec *spec, struct ca
                 return cage_fail(err, -E2BIG, "image: more than %d top-level entries",
                                  ROOT_ENTRIES_MAX);
         plan_proc_masks(plan);
-        plan->scratch_workspace = !spec_mounts_workspace(spec);
-        /* tmpfs inodes cost kernel memory and are otherwise unbounded: one
-         * per SCRATCH_BYTES_PER_INODE of the disk size (0: unlimited). */
-        bool unlimited = spec->debug_disable & CAGE_DEBUG_NO_LIMITS;
-        uint64_t size = unlimited ? 0 : spec->disk_bytes;
-        uint64_t inodes = unlimited ? 0 : size / SCRATCH_BYTES_PER_INODE;
-        if (!unlimited && inodes < SCRATCH_INODES_MIN)
-                inodes = SCRATCH_INODES_MIN;
-        snprintf(plan->scratch_opts, sizeof(plan->scratch_opts),
-                 "size=%llu,nr_inodes=%llu,mode=0755", (unsigned long long)size,
-                 (unsigned long long)inodes);
-        if ((r = build_env(plan, spec)) < 0)
-                return cage_fail(err, r, "building the environment");
+        if ((r = plan_build_process(plan, spec, err)) < 0)
+                return r;
         find_arg_area(plan);
         return 0;
 }

@@ -12,6 +12,10 @@
 /* Checks the host paths a spec names (image, mount sources). */
 int plan_check_inputs(const struct cage_spec *spec, struct cage_error *err);
 int plan_build(struct launch_plan *plan, const struct cage_spec *spec, struct cage_error *err);
+/* The part of plan_build() for a process whose root is made elsewhere (a
+ * zygote's child): the spec, its environment and scratch size; no root. */
+int plan_build_process(struct launch_plan *plan, const struct cage_spec *spec,
+                       struct cage_error *err);
 void plan_free(struct launch_plan *plan);
 /* Copies s (NULL stays NULL) to *pos, which it advances; returns the copy. */
 char *plan_copy_str(char **pos, const char *s);

@@ -546,7 +546,7 @@ static int spawn_child(struct cage_zygote *z, struct launcher *l, struct launch_
         if (r == 0)
                 r = launch_detect_cgroups(&l->cg_host, err);
         if (r == 0)
-                r = plan_build(plan, l->spec, err);
+                r = plan_build_process(plan, l->spec, err);
         if (r == 0 && !(text = spawn_text(plan, l, ids, ids == &z->shared, err)))
                 r = -E2BIG;
         if (r == 0)
