@@ -1,7 +1,9 @@
 /* Jobs: the tool calls of revision 2026-07-28, which has no requests from
  * server to client. Such a call runs on a thread of its own (a job, with
  * a stateless session and call of its own) while the request that
- * started it waits; the request is answered when the job
+ * started it waits (a thread that finished a job waits JOB_THREAD_KEEP_S
+ * for the next: no thread is started per call); the request is answered
+ * when the job
  *   - ends: its result (the job is gone then, unless it is a task);
  *   - asks for input (llm_query's sampling, a fixture's elicitation):
  *     an InputRequiredResult with the requests and a requestState. The
@@ -54,13 +56,14 @@
 #include "util/cleanup.h"
 #include "util/clock.h"
 
-#define JOB_ID_LEN    32 /* lowercase hex */
-#define MAC_LEN       32
-#define STATE_MAX     (JOB_ID_LEN + 1 + 10 + 1 + 2 * MAC_LEN)
-#define WAIT_SLICE_MS 100
-#define TAIL_MAX      2048 /* bytes of output kept for tasks/get */
-#define TOOL_NAME_MAX 128
-#define ERR_MISSING   (-32021)
+#define JOB_ID_LEN        32 /* lowercase hex */
+#define MAC_LEN           32
+#define STATE_MAX         (JOB_ID_LEN + 1 + 10 + 1 + 2 * MAC_LEN)
+#define WAIT_SLICE_MS     100
+#define JOB_THREAD_KEEP_S 30   /* an idle job thread waits this long for another job */
+#define TAIL_MAX          2048 /* bytes of output kept for tasks/get */
+#define TOOL_NAME_MAX     128
+#define ERR_MISSING       (-32021)
 
 enum job_state { WORKING, INPUT_REQUIRED, COMPLETED, FAILED, CANCELLED };
 static const char *const state_names[] = {"working", "input_required", "completed", "failed",
@@ -68,7 +71,8 @@ static const char *const state_names[] = {"working", "input_required", "complete
 
 struct mcp_job {
         struct mcp_job *next;
-        struct mcp_sink sink; /* the job call's messages go to the waiting request */
+        struct mcp_job *run_next; /* in the queue of jobs handed to an idle thread */
+        struct mcp_sink sink;     /* the job call's messages go to the waiting request */
         struct mcp_server *srv;
         char id[JOB_ID_LEN + 1];
         char tenant[CAGE_CONFIG_TENANT_NAME_MAX + 1];
@@ -109,6 +113,12 @@ static bool switched_off(const char *check)
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t changed;
+/* Threads that ran a job wait JOB_THREAD_KEEP_S for the next one: a call
+ * is then handed over instead of paying for a thread's start and end.
+ * idle_threads counts the waiting threads no queued job is promised to. */
+static pthread_cond_t runnable;
+static struct mcp_job *run_queue, **run_queue_end = &run_queue;
+static unsigned idle_threads;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static struct mcp_job *jobs;
 static unsigned char mac_key[32];
@@ -120,6 +130,7 @@ static void init_once(void)
         pthread_condattr_init(&attr);
         pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
         pthread_cond_init(&changed, &attr);
+        pthread_cond_init(&runnable, &attr);
         pthread_condattr_destroy(&attr);
         key_ok = getrandom(mac_key, sizeof(mac_key), 0) == (ssize_t)sizeof(mac_key);
 }
@@ -362,16 +373,15 @@ static int job_send(struct mcp_sink *sink, const json_t *msg)
         return 0;
 }
 
-static void *job_main(void *arg)
+static void run_job(struct mcp_job *j)
 {
-        struct mcp_job *j = arg;
         json_t *answer = mcp_call_run(j->call);
         pthread_mutex_lock(&lock);
         struct mcp_call *call = TAKE_PTR(j->call);
         pthread_mutex_unlock(&lock);
         mcp_call_free(call);
         size_t bytes = 0;
-        if (answer) {
+        if (answer && j->may_task) { /* what a task keeps counts against its tenant */
                 _cleanup_free_ char *text = json_dumps(answer, JSON_COMPACT);
                 bytes = text ? strlen(text) : 0;
         }
@@ -396,7 +406,58 @@ static void *job_main(void *arg)
         pthread_cond_broadcast(&changed);
         sweep();
         pthread_mutex_unlock(&lock);
+}
+
+/* Under the lock: the next job handed to this thread, waiting up to
+ * JOB_THREAD_KEEP_S; NULL when none came. */
+static struct mcp_job *next_job_locked(void)
+{
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_sec += JOB_THREAD_KEEP_S;
+        idle_threads++;
+        while (!run_queue)
+                if (pthread_cond_timedwait(&runnable, &lock, &until) == ETIMEDOUT)
+                        break;
+        struct mcp_job *j = run_queue;
+        if (!j) {
+                idle_threads--;
+                return NULL;
+        }
+        if (!(run_queue = j->run_next)) /* whoever queued it took us off idle_threads */
+                run_queue_end = &run_queue;
+        return j;
+}
+
+static void *job_main(void *arg)
+{
+        for (struct mcp_job *j = arg; j;) {
+                run_job(j);
+                pthread_mutex_lock(&lock);
+                j = next_job_locked();
+                pthread_mutex_unlock(&lock);
+        }
         return NULL;
+}
+
+/* Under the lock: j runs on an idle thread, or on a new one. */
+static int run_on_a_thread(struct mcp_job *j)
+{
+        if (idle_threads > 0) {
+                idle_threads--;
+                j->run_next = NULL;
+                *run_queue_end = j;
+                run_queue_end = &j->run_next;
+                pthread_cond_signal(&runnable);
+                return 0;
+        }
+        pthread_t thread;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        int r = pthread_create(&thread, &attr, job_main, j);
+        pthread_attr_destroy(&attr);
+        return -r;
 }
 
 /* ---- starting one ---------------------------------------------------------------------- */
@@ -516,19 +577,13 @@ static json_t *start(struct mcp_call *c, struct mcp_job **ret)
         j->next = jobs;
         jobs = j;
         j->waiters = 1;
-        pthread_t thread;
-        pthread_attr_t attr;
-        pthread_attr_init(&attr);
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        if (pthread_create(&thread, &attr, job_main, j) != 0) {
+        if (run_on_a_thread(j) < 0) {
                 unlink_job(j);
                 pthread_mutex_unlock(&lock);
-                pthread_attr_destroy(&attr);
                 mcp_call_free(j->call);
                 free(j);
                 return refuse(c->id, JSONRPC_INTERNAL_ERROR, "Internal error: no thread");
         }
-        pthread_attr_destroy(&attr);
         *ret = j;
         return NULL; /* the lock stays held */
 }

@@ -633,6 +633,28 @@ def test_http_2026_stateless(serve):
     assert doc["error"]["code"] == -32002
 
 
+def test_http_2026_calls_at_once_each_get_their_own_answer(serve):
+    """Calls of revision 2026-07-28 run as jobs, each on a thread; a thread
+    that finished one waits for the next. Rounds of calls in flight at once,
+    more than the threads kept from the round before, each answer their
+    own request."""
+    import concurrent.futures
+
+    def call(i):
+        args = {"code": f"import time\ntime.sleep(0.2)\n{i} * 3"}
+        resp, doc = post26(serve, rpc26("tools/call", {"name": "run_python", "arguments": args},
+                                        id=100 + i))
+        return i, doc
+
+    for width in (3, 6, 2, 6):
+        with concurrent.futures.ThreadPoolExecutor(width) as ex:
+            for i, doc in ex.map(call, range(width)):
+                assert doc["id"] == 100 + i, doc
+                r = doc["result"]
+                assert r["resultType"] == "complete" and not r.get("isError"), doc
+                assert r["structuredContent"]["return_value"] == i * 3, doc
+
+
 def test_http_2026_log_level_is_per_request(serve):
     def logs(**meta):
         msg = rpc26("tools/call", {"name": "run_shell", "arguments": {"command": "true"}},
