@@ -208,7 +208,7 @@ struct mcp_call {
         const json_t *progress_token;   /* params._meta.progressToken or NULL */
         enum mcp_log_level log_level;   /* stateless sessions: the request's own */
         const char *missing_capability; /* mcp_call_has_capability() said no */
-        int cancel[2];                  /* readable once cancelled (service cancel_fd) */
+        int cancel_fd;                  /* an eventfd, readable once cancelled */
         bool cancelled;                 /* under session->lock */
         bool registered;
         struct mcp_job *job; /* 2026-07-28: the job this call runs in (mcp_job.c) */

@@ -360,7 +360,7 @@ static int call_service(struct mcp_call *c, const struct run *run, struct progre
         const char *tenant = c->session->tenant;
         struct cage_service_io io = {.on_output = on_output,
                                      .on_output_ctx = p,
-                                     .cancel_fd = c->cancel[0],
+                                     .cancel_fd = c->cancel_fd,
                                      .on_status = on_status,
                                      .on_status_ctx = p};
         struct cage_service_host host;

@@ -6,14 +6,15 @@
  * the `cancelled` flag of its calls; session->cond is broadcast whenever
  * an answer arrives, a call is cancelled or the session closes. A call
  * holds a session reference; the session lists registered calls but owns
- * none (mcp_call_free unregisters). Cancelling writes a byte to the
- * call's pipe, which the service polls as its cancel_fd. */
+ * none (mcp_call_free unregisters). Cancelling signals the call's
+ * eventfd, which the service polls as its cancel_fd. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -99,7 +100,7 @@ static void cancel_locked(struct mcp_call *c)
         if (c->cancelled)
                 return;
         c->cancelled = true;
-        (void)!write(c->cancel[1], "x", 1);
+        (void)eventfd_write(c->cancel_fd, 1);
         pthread_cond_broadcast(&c->session->cond);
 }
 
@@ -179,7 +180,7 @@ int mcp_call_new(struct mcp_session *s, struct mcp_sink *sink, const json_t *msg
         struct mcp_call *c = calloc(1, sizeof(*c));
         if (!c)
                 return -ENOMEM;
-        c->cancel[0] = c->cancel[1] = -1;
+        c->cancel_fd = -1;
         c->session = mcp_session_ref(s);
         c->sink = sink;
         c->id = json_incref((json_t *)jsonrpc_id(msg));
@@ -188,7 +189,7 @@ int mcp_call_new(struct mcp_session *s, struct mcp_sink *sink, const json_t *msg
         int r = 0;
         if (!c->id || !c->params || jsonrpc_id_key(c->id, c->key) < 0)
                 r = -ENOMEM;
-        else if (pipe2(c->cancel, O_CLOEXEC | O_NONBLOCK) < 0)
+        else if ((c->cancel_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0)
                 r = -errno;
         if (r == 0)
                 r = register_call(s, c);
@@ -225,9 +226,8 @@ struct mcp_call *mcp_call_free(struct mcp_call *c)
                 pthread_cond_broadcast(&s->cond);
         }
         pthread_mutex_unlock(&s->lock);
-        for (int i = 0; i < 2; i++)
-                if (c->cancel[i] >= 0)
-                        close(c->cancel[i]);
+        if (c->cancel_fd >= 0)
+                close(c->cancel_fd);
         json_decref(c->id);
         json_decref(c->params);
         mcp_session_unref(s);
