@@ -78,9 +78,32 @@ enum {
         CTRL_WANTED = CTRL_MEMORY | CTRL_PIDS | CTRL_CPU,
 };
 
+/* Single-value files read on every session call, kept open (pread at 0
+ * makes the kernel show them afresh) while the group's fds are. */
+enum counter {
+        CTR_CPUACCT_USAGE, /* v1 cpuacct.usage */
+        CTR_MEM_USAGE,     /* v1 memory.usage_in_bytes */
+        CTR_MEM_PEAK,      /* v1 memory.max_usage_in_bytes */
+        CTR_MEMSW_PEAK,    /* v1 memory.memsw.max_usage_in_bytes */
+        CTR_CURRENT,       /* v2 memory.current */
+        CTR_PEAK,          /* v2 memory.peak */
+        CTR_MAX,
+};
+
+static const char *const counter_file[CTR_MAX] = {
+        "cpuacct.usage",
+        "memory.usage_in_bytes",
+        "memory.max_usage_in_bytes",
+        "memory.memsw.max_usage_in_bytes",
+        "memory.current",
+        "memory.peak",
+};
+
 struct cage_cgroup {
         enum cgroup_backend backend;
         int fd[HIER_MAX];                   /* O_PATH fd of the group directory, or -1 */
+        int counter_fd1[CTR_MAX];           /* an open counter file's fd + 1; 0: not open */
+        bool no_counter[CTR_MAX];           /* the file does not exist (memsw without swap) */
         bool made[HIER_MAX];                /* we created this directory (remove it) */
         bool alias[HIER_MAX];               /* v1: co-mounted with an earlier hierarchy */
         bool has_memory, has_pids, has_cpu; /* v2 controllers */
@@ -172,24 +195,50 @@ static int parse_keyed(const char *buf, const char *key, uint64_t *ret)
         return -ENOENT;
 }
 
-/* One read, not a loop to EOF: a single-value file's few bytes come whole
- * from the kernel, and a session call reads several of these. */
-static int read_u64_at(int dirfd, const char *file, uint64_t *ret)
+/* Reads counter c of the group whose directory is dirfd, from the file
+ * kept open (opened on first use; another thread may race us to it). One
+ * read, not a loop to EOF: a single-value file's few bytes come whole from
+ * the kernel, and a session call reads several of these. */
+static int read_counter(struct cage_cgroup *cg, int dirfd, enum counter c, uint64_t *ret)
 {
+        if (__atomic_load_n(&cg->no_counter[c], __ATOMIC_RELAXED))
+                return -ENOENT;
+        int fd1 = __atomic_load_n(&cg->counter_fd1[c], __ATOMIC_ACQUIRE);
+        if (fd1 == 0) {
+                int fd = openat(dirfd, counter_file[c], O_RDONLY | O_CLOEXEC | O_NOCTTY);
+                if (fd < 0) {
+                        int r = -errno;
+                        if (r == -ENOENT)
+                                __atomic_store_n(&cg->no_counter[c], true, __ATOMIC_RELAXED);
+                        return r;
+                }
+                int none = 0;
+                if (__atomic_compare_exchange_n(&cg->counter_fd1[c], &none, fd + 1, false,
+                                                __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+                        fd1 = fd + 1;
+                else {
+                        close(fd);
+                        fd1 = none;
+                }
+        }
         char buf[64];
-        int fd = openat(dirfd, file, O_RDONLY | O_CLOEXEC | O_NOCTTY);
-        if (fd < 0)
-                return -errno;
         ssize_t n;
         do
-                n = read(fd, buf, sizeof(buf) - 1);
+                n = pread(fd1 - 1, buf, sizeof(buf) - 1, 0);
         while (n < 0 && errno == EINTR);
-        int r = n < 0 ? -errno : 0;
-        close(fd);
-        if (r < 0)
-                return r;
+        if (n < 0)
+                return -errno;
         buf[n] = '\0';
         return parse_u64(buf, ret);
+}
+
+static void close_counters(struct cage_cgroup *cg)
+{
+        for (int c = 0; c < CTR_MAX; c++) {
+                int fd1 = __atomic_exchange_n(&cg->counter_fd1[c], 0, __ATOMIC_ACQ_REL);
+                if (fd1 > 0)
+                        close(fd1 - 1);
+        }
 }
 
 /* Reads "key N" from a flat-keyed file; a missing key leaves *ret alone. */
@@ -932,10 +981,10 @@ static int stats_v2(struct cage_cgroup *cg, struct cgroup_stats *ret)
         ret->cpu_usage_ns = usec * NSEC_PER_USEC;
         if (!cg->has_memory)
                 return r;
-        (void)read_u64_at(fd, "memory.current", &ret->memory_bytes);
-        int q = read_u64_at(fd, "memory.peak", &ret->peak_memory_bytes);
+        (void)read_counter(cg, fd, CTR_CURRENT, &ret->memory_bytes);
+        int q = read_counter(cg, fd, CTR_PEAK, &ret->peak_memory_bytes);
         if (q == -ENOENT) /* before 5.19 */
-                q = read_u64_at(fd, "memory.current", &ret->peak_memory_bytes);
+                q = read_counter(cg, fd, CTR_CURRENT, &ret->peak_memory_bytes);
         r = keep_first(r, q);
         return keep_first(r, read_keyed_at(fd, "memory.events", "oom_kill", &ret->oom_kills));
 }
@@ -975,12 +1024,12 @@ static int usage_v1(struct cage_cgroup *cg, struct cgroup_stats *ret)
 {
         int r = 0;
         if (cg->fd[HIER_CPUACCT] >= 0)
-                r = read_u64_at(cg->fd[HIER_CPUACCT], "cpuacct.usage", &ret->cpu_usage_ns);
+                r = read_counter(cg, cg->fd[HIER_CPUACCT], CTR_CPUACCT_USAGE, &ret->cpu_usage_ns);
         int fd = cg->fd[HIER_MEMORY];
         if (fd < 0)
                 return r;
-        (void)read_u64_at(fd, "memory.usage_in_bytes", &ret->memory_bytes);
-        return keep_first(r, read_u64_at(fd, "memory.max_usage_in_bytes", &ret->peak_memory_bytes));
+        (void)read_counter(cg, fd, CTR_MEM_USAGE, &ret->memory_bytes);
+        return keep_first(r, read_counter(cg, fd, CTR_MEM_PEAK, &ret->peak_memory_bytes));
 }
 
 static int stats_v1(struct cage_cgroup *cg, struct cgroup_stats *ret)
@@ -996,16 +1045,16 @@ int cage_cgroup_memory_peak(struct cage_cgroup *cg, uint64_t *ret)
 {
         *ret = 0;
         if (cg->backend == CGROUP_BACKEND_V2)
-                return cg->has_memory ? read_u64_at(cg->fd[HIER_UNIFIED], "memory.peak", ret)
+                return cg->has_memory ? read_counter(cg, cg->fd[HIER_UNIFIED], CTR_PEAK, ret)
                                       : -EOPNOTSUPP;
         int fd = cg->backend == CGROUP_BACKEND_V1 ? cg->fd[HIER_MEMORY] : -1;
         if (fd < 0)
                 return -EOPNOTSUPP;
         uint64_t memsw = 0;
-        int r = read_u64_at(fd, "memory.max_usage_in_bytes", ret);
+        int r = read_counter(cg, fd, CTR_MEM_PEAK, ret);
         if (r < 0)
                 return r;
-        r = read_u64_at(fd, "memory.memsw.max_usage_in_bytes", &memsw);
+        r = read_counter(cg, fd, CTR_MEMSW_PEAK, &memsw);
         if (r < 0 && r != -ENOENT) /* no memsw without swap accounting */
                 return r;
         if (memsw > *ret)
@@ -1190,6 +1239,7 @@ static int remove_dirs(struct cage_cgroup *cg)
 
 static void close_fds(struct cage_cgroup *cg)
 {
+        close_counters(cg);
         for (int i = 0; i < HIER_MAX; i++) {
                 if (cg->fd[i] >= 0 && !cg->alias[i])
                         close(cg->fd[i]);

@@ -987,7 +987,7 @@ static int open_parts(struct cage_service *svc, struct cage_error *err)
         return r < 0 ? cage_fail(err, r, "starting the idle reaper") : 0;
 }
 
-/* A running named sandbox holds ~8 of the server's fds (docs/CONFIG.md,
+/* A running named sandbox holds up to ~18 of the server's fds (docs/CONFIG.md,
  * "The server's own limits"): the soft RLIMIT_NOFILE goes up to the hard
  * one, and as root the hard one to fs.nr_open (at most NOFILE_WANT). */
 static void raise_nofile(void)
