@@ -195,3 +195,38 @@ def test_retired_templates_are_bounded(tmp_path):
             assert python(server, name, "x")["return_value"] == i
     finally:
         server.stop()
+
+
+def children_of(pid):
+    out = set()
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as f:
+            out |= {int(p) for p in f.read().split()}
+    return out
+
+
+def state_of(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None  # gone: reaped
+
+
+def test_a_removed_sandbox_leaves_no_zombie_in_its_template(tmp_path):
+    """A forked sandbox's pid 1 is a child of its template, which reaps it
+    when it ends (its SIGCHLD wakes the template), not at the next spawn."""
+    server = Server(tmp_path, extra={"pool_size": 0})
+    try:
+        sandboxes_with_x(server, "z", 2)
+        (template,) = templates(server)
+        before = children_of(template)
+        assert len(before) == 2, before
+        server.ok("DELETE", "/v1/sandboxes/z0")
+        assert wait_until(lambda: len(children_of(template)) == 1, timeout=30), \
+            children_of(template)
+        gone = before - children_of(template)
+        assert len(gone) == 1 and state_of(gone.pop()) is None
+        assert python(server, "z1", "x")["return_value"] == 1
+    finally:
+        server.stop()
