@@ -1,4 +1,4 @@
-/* The sealed, execute-only memfd holding codecage-init (init_image.c). */
+/* The sealed memfds of the runtime images the library carries (init_image.c). */
 #ifndef CODECAGE_CORE_INIT_IMAGE_H
 #define CODECAGE_CORE_INIT_IMAGE_H
 
@@ -7,5 +7,7 @@
 /* The memfd (made once per process, kept open; do not close it), or
  * -errno. Safe from any thread. */
 int cage_init_image_fd(struct cage_error *err);
+/* The same for the zygote's spawn object (runtime/zygote_child.c). */
+int cage_zygote_child_image_fd(struct cage_error *err);
 
 #endif

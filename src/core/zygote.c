@@ -199,10 +199,34 @@ static ssize_t recv_timed(struct cage_zygote *z, int fd, void *buf, size_t size,
         return got < 0 ? -errno : got;
 }
 
+/* The hello carries the spawn object (runtime/zygote_child.c) the
+ * template loads. */
+static int send_hello(struct cage_zygote *z, const char *hello, struct cage_error *err)
+{
+        int so = cage_zygote_child_image_fd(err);
+        if (so < 0)
+                return so;
+        char control[CMSG_SPACE(sizeof(int))] = {0};
+        struct iovec iov = {.iov_base = (void *)hello, .iov_len = strlen(hello)};
+        struct msghdr mh = {.msg_iov = &iov,
+                            .msg_iovlen = 1,
+                            .msg_control = control,
+                            .msg_controllen = sizeof(control)};
+        struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(c), &so, sizeof(int));
+        if (sendmsg(z->ctl, &mh, MSG_NOSIGNAL) < 0)
+                return cage_fail(err, -errno, "zygote: hello");
+        return 0;
+}
+
 static int handshake(struct cage_zygote *z, const char *hello, struct cage_error *err)
 {
-        if (send(z->ctl, hello, strlen(hello), MSG_NOSIGNAL) < 0)
-                return cage_fail(err, -errno, "zygote: hello");
+        int r = send_hello(z, hello, err);
+        if (r < 0)
+                return r;
         char buf[1024];
         ssize_t n = recv_timed(z, z->ctl, buf, sizeof(buf) - 1, ZYGOTE_START_MS);
         if (n <= 0) {
