@@ -4,7 +4,7 @@
 # only when a package is missing. Sourced by demo.sh and test.sh.
 set -euo pipefail
 
-CODECAGE_PACKAGES=(gcc libc6-dev pkg-config meson ninja-build libseccomp-dev libjansson-dev
+CODECAGE_PACKAGES=(gcc libc6-dev musl-tools pkg-config meson ninja-build libseccomp-dev libjansson-dev
         libsqlite3-dev libmicrohttpd-dev libcurl4-openssl-dev libssl-dev libmagic-dev file
         python3 python3-pytest bubblewrap procps iproute2 clang-format curl e2fsprogs
         openssl python3-pip libarchive-dev busybox-static docker-registry skopeo umoci
