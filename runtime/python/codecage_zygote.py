@@ -65,6 +65,7 @@ CHILD_FDS = ("stdout", "stderr", "channel", "sync", "ctl", "status", "init", "en
 FD_ENV = 8
 SPAWN_MAX = 1 << 16  # a spawn request
 ENV_MAX = 1 << 20  # the sandbox's environment (the server's bound is lower)
+DRIVER_MAX = 1 << 22  # the driver's bytecode
 PROC_NAME_MAX = 200  # a /proc entry's name (zygote_child.c's paths are 256 bytes)
 
 PR_SET_DUMPABLE = 4
@@ -120,6 +121,22 @@ def load_spawn(fd):
     lib.cz_spawn.restype = ctypes.c_long
     lib.cz_spawn.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
     return lib
+
+
+def driver_code(fd):
+    """The driver's bytecode (the server's build compiled it) when it was
+    compiled for this interpreter, else its source (argv[1]) compiled: the
+    parser's arenas would stay in the template, ~2 MiB that every fork
+    copies the page tables of and every child tears down."""
+    try:
+        pyc = read_all(fd, DRIVER_MAX)
+    finally:
+        os.close(fd)
+    import _frozen_importlib_external
+    if len(pyc) > 16 and pyc[:4] == _frozen_importlib_external.MAGIC_NUMBER:
+        import marshal
+        return marshal.loads(pyc[16:])
+    return compile(sys.argv[1], "<codecage_session>", "exec")
 
 
 def name_list(names):
@@ -312,19 +329,25 @@ def run_driver(t, s, driver):
         os._exit(0)
 
 
+def read_all(fd, most):
+    """A memfd's bytes, at most `most` of them."""
+    size = min(os.fstat(fd).st_size, most)
+    raw, off = bytearray(), 0
+    while off < size:
+        chunk = os.pread(fd, size - off, off)
+        if not chunk:
+            break
+        raw += chunk
+        off += len(chunk)
+    return bytes(raw)
+
+
 def read_env():
     """The sandbox's environment ("K=V" strings, NUL-separated) from the
     sealed memfd the server wrote: the template only passed its fd on and
     never read it, so no sandbox's variables or secrets are in the memory
     every later child starts as a copy of."""
-    size = min(os.fstat(FD_ENV).st_size, ENV_MAX)
-    raw, off = bytearray(), 0
-    while off < size:
-        chunk = os.pread(FD_ENV, size - off, off)
-        if not chunk:
-            break
-        raw += chunk
-        off += len(chunk)
+    raw = read_all(FD_ENV, ENV_MAX)
     os.close(FD_ENV)
     return (e.split("=", 1) for e in raw.decode(errors="surrogateescape").split("\0") if "=" in e)
 
@@ -351,18 +374,18 @@ def main():
     ctl = socket.socket(fileno=os.dup(CTL_FD))
     os.close(CTL_FD)
     try:
-        msg, anc, _, _ = ctl.recvmsg(1 << 20, socket.CMSG_SPACE(4))
+        msg, anc, _, _ = ctl.recvmsg(1 << 20, socket.CMSG_SPACE(4 * 2))
         fds = received_fds(anc)
         if NATIVE_ERROR:
             raise RuntimeError(NATIVE_ERROR)
-        if len(fds) != 1:
-            raise RuntimeError("the hello carries no spawn object")
+        if len(fds) != 2:
+            raise RuntimeError("the hello carries no spawn object and driver")
         hello = json.loads(msg)
         if "zygote-python" in str(hello.get("disable", "")):  # tests of the fallback
             raise RuntimeError("this Python cannot host a zygote (switched off)")
-        spawn_lib = load_spawn(fds.pop())
+        spawn_lib = load_spawn(fds[0])
         driver = types.ModuleType("codecage_session")
-        exec(compile(sys.argv[1], "<codecage_session>", "exec"), driver.__dict__)
+        exec(driver_code(fds[1]), driver.__dict__)
         sys.modules["codecage_session"] = driver
         t = Template(ctl, hello, spawn_lib)
         warm_up(driver)

@@ -63,24 +63,30 @@ static int memfd_exec(const char *name)
         return fd < 0 ? -errno : fd;
 }
 
-static int make_image(const struct runtime_image *img, struct cage_error *err)
+int cage_sealed_memfd(const char *name, const void *bytes, size_t len, mode_t mode,
+                      struct cage_error *err)
 {
-        size_t len = (size_t)(img->end - img->start);
-        _cleanup_close_ int rw = memfd_exec(img->name);
+        _cleanup_close_ int rw = memfd_exec(name);
         if (rw < 0)
-                return cage_fail(err, rw, "memfd for %s", img->name);
-        if (write_all(rw, img->start, len) < 0)
-                return cage_fail(err, -errno, "writing %s", img->name);
+                return cage_fail(err, rw, "memfd for %s", name);
+        if (write_all(rw, bytes, len) < 0)
+                return cage_fail(err, -errno, "writing %s", name);
         if (fcntl(rw, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) < 0)
-                return cage_fail(err, -errno, "sealing %s", img->name);
+                return cage_fail(err, -errno, "sealing %s", name);
         char path[64];
         snprintf(path, sizeof(path), "/proc/self/fd/%d", rw);
         _cleanup_close_ int ro = open(path, O_RDONLY | O_CLOEXEC);
         if (ro < 0)
-                return cage_fail(err, -errno, "reopening %s read-only", img->name);
-        if (fchmod(ro, img->mode) < 0)
-                return cage_fail(err, -errno, "setting the mode of %s", img->name);
+                return cage_fail(err, -errno, "reopening %s read-only", name);
+        if (fchmod(ro, mode) < 0)
+                return cage_fail(err, -errno, "setting the mode of %s", name);
         return TAKE_FD(ro);
+}
+
+static int make_image(const struct runtime_image *img, struct cage_error *err)
+{
+        return cage_sealed_memfd(img->name, img->start, (size_t)(img->end - img->start), img->mode,
+                                 err);
 }
 
 static void init_image_once(void)

@@ -200,13 +200,19 @@ static ssize_t recv_timed(struct cage_zygote *z, int fd, void *buf, size_t size,
 }
 
 /* The hello carries the spawn object (runtime/zygote_child.c) the
- * template loads. */
-static int send_hello(struct cage_zygote *z, const char *hello, struct cage_error *err)
+ * template loads and the driver's bytecode, each a sealed memfd. */
+static int send_hello(struct cage_zygote *z, const char *hello,
+                      const struct cage_zygote_driver *driver, struct cage_error *err)
 {
         int so = cage_zygote_child_image_fd(err);
         if (so < 0)
                 return so;
-        char control[CMSG_SPACE(sizeof(int))] = {0};
+        _cleanup_close_ int pyc =
+                cage_sealed_memfd("codecage-driver-pyc", driver->pyc, driver->pyc_len, 0444, err);
+        if (pyc < 0)
+                return pyc;
+        int fds[2] = {so, pyc};
+        char control[CMSG_SPACE(sizeof(fds))] = {0};
         struct iovec iov = {.iov_base = (void *)hello, .iov_len = strlen(hello)};
         struct msghdr mh = {.msg_iov = &iov,
                             .msg_iovlen = 1,
@@ -215,16 +221,17 @@ static int send_hello(struct cage_zygote *z, const char *hello, struct cage_erro
         struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
         c->cmsg_level = SOL_SOCKET;
         c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(c), &so, sizeof(int));
+        c->cmsg_len = CMSG_LEN(sizeof(fds));
+        memcpy(CMSG_DATA(c), fds, sizeof(fds));
         if (sendmsg(z->ctl, &mh, MSG_NOSIGNAL) < 0)
                 return cage_fail(err, -errno, "zygote: hello");
         return 0;
 }
 
-static int handshake(struct cage_zygote *z, const char *hello, struct cage_error *err)
+static int handshake(struct cage_zygote *z, const char *hello,
+                     const struct cage_zygote_driver *driver, struct cage_error *err)
 {
-        int r = send_hello(z, hello, err);
+        int r = send_hello(z, hello, driver, err);
         if (r < 0)
                 return r;
         char buf[1024];
@@ -248,12 +255,12 @@ static int handshake(struct cage_zygote *z, const char *hello, struct cage_error
                                why ? why : "no answer");
 }
 
-static int spawn_zygote(struct cage_zygote *z, const char *driver, size_t driver_len,
+static int spawn_zygote(struct cage_zygote *z, const struct cage_zygote_driver *driver,
                         struct cage_error *err)
 {
         size_t len = (size_t)(cage_zygote_source_end - cage_zygote_source);
         _cleanup_free_ char *source = strndup(cage_zygote_source, len);
-        _cleanup_free_ char *drv = strndup(driver, driver_len);
+        _cleanup_free_ char *drv = strndup(driver->source, driver->source_len);
         char *argv[] = {"python3", "-I", "-c", source, drv, NULL};
         int sv[2];
         if (!source || !drv)
@@ -267,7 +274,7 @@ static int spawn_zygote(struct cage_zygote *z, const char *driver, size_t driver
         return r;
 }
 
-int cage_zygote_start(const struct cage_spec *spec, const char *driver, size_t driver_len,
+int cage_zygote_start(const struct cage_spec *spec, const struct cage_zygote_driver *driver,
                       struct cage_zygote **ret, struct cage_error *err)
 {
         if (geteuid() != 0)
@@ -299,9 +306,9 @@ int cage_zygote_start(const struct cage_spec *spec, const char *driver, size_t d
         _cleanup_free_ char *hello = hello_text(&child, err);
         r = hello ? box_start_template(&tspec, &z->box, err) : -ENOMEM;
         if (r == 0)
-                r = spawn_zygote(z, driver, driver_len, err);
+                r = spawn_zygote(z, driver, err);
         if (r == 0)
-                r = handshake(z, hello, err);
+                r = handshake(z, hello, driver, err);
         if (r == 0)
                 z->shared = (struct id_slot){.host_uid = cage_box_host_uid(z->box),
                                              .host_gid = cage_box_host_gid(z->box)};

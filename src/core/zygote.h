@@ -25,11 +25,22 @@
 
 struct cage_zygote;
 
+/* The session driver a template loads: its bytecode (a .pyc header and
+ * marshal data), which a python3 with the same MAGIC_NUMBER loads, and its
+ * source, which any other compiles (its parser's arenas then stay in the
+ * template, ~2 MiB every fork copies). Neither NUL-terminated. */
+struct cage_zygote_driver {
+        const char *source;
+        size_t source_len;
+        const void *pyc;
+        size_t pyc_len;
+};
+
 /* Starts a template for sandboxes of spec (validated as for
- * cage_box_start), its interpreter loading driver (the session driver's
- * source). -ENOTSUP when this image's python3 cannot host a zygote (the
- * message says why: no ctypes, too old, not root, ...). */
-int cage_zygote_start(const struct cage_spec *spec, const char *driver, size_t driver_len,
+ * cage_box_start), its interpreter loading driver. -ENOTSUP when this
+ * image's python3 cannot host a zygote (the message says why: no ctypes,
+ * too old, not root, ...). */
+int cage_zygote_start(const struct cage_spec *spec, const struct cage_zygote_driver *driver,
                       struct cage_zygote **ret, struct cage_error *err);
 /* One fresh sandbox with its driver running (not yet "ready": the caller
  * reads that from *chan). spec: the sandbox's own limits, environment,

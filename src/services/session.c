@@ -278,6 +278,12 @@ const char *cage_session_driver_source(size_t *len)
         return cage_session_driver;
 }
 
+const void *cage_session_driver_bytecode(size_t *len)
+{
+        *len = (size_t)(cage_session_driver_pyc_end - cage_session_driver_pyc);
+        return cage_session_driver_pyc;
+}
+
 void cage_session_park(struct cage_session *s)
 {
         if (s)

@@ -87,6 +87,8 @@ bool cage_session_alive(struct cage_session *s);
 /* The driver's source (runtime/python/codecage_session.py), not
  * NUL-terminated. */
 const char *cage_session_driver_source(size_t *len);
+/* Its bytecode, compiled at build time: a .pyc header and marshal data. */
+const void *cage_session_driver_bytecode(size_t *len);
 struct cage_session *cage_session_free(struct cage_session *s);
 
 #endif

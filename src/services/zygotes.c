@@ -76,8 +76,9 @@ int svc_zygote_start(struct cage_service *svc, const struct svc_spec *spec,
         _cleanup_free_ char *env = NULL;
         struct cage_spec cs;
         struct svc_image_launch image = {0};
-        size_t len;
-        const char *driver = cage_session_driver_source(&len);
+        struct cage_zygote_driver driver;
+        driver.source = cage_session_driver_source(&driver.source_len);
+        driver.pyc = cage_session_driver_bytecode(&driver.pyc_len);
         if (spec->network.n)
                 return cage_fail_plain(err, -ENOTSUP, "zygote: not for networked policies");
         int r = svc_spec_check_tenant(spec, svc->cfg, NULL, err);
@@ -87,7 +88,7 @@ int svc_zygote_start(struct cage_service *svc, const struct svc_spec *spec,
                 r = svc_spec_to_cage(spec, svc->cfg, NULL, &image, &cs, &env, err);
         if (r == 0 && rootfs && !(*rootfs = strdup(cs.image)))
                 r = cage_fail(err, -ENOMEM, "zygote");
-        if (r == 0 && (r = cage_zygote_start(&cs, driver, len, ret, err)) < 0 && rootfs) {
+        if (r == 0 && (r = cage_zygote_start(&cs, &driver, ret, err)) < 0 && rootfs) {
                 free(*rootfs);
                 *rootfs = NULL;
         }
