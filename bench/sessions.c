@@ -250,8 +250,8 @@ static int mcp_start(struct mcp_child *m, const char *config)
 /* One request; returns the response line's result (or NULL). */
 static json_t *mcp_call(struct mcp_child *m, const char *method, json_t *params)
 {
-        json_t *req = json_pack("{s:s, s:i, s:s, s:o}", "jsonrpc", "2.0", "id", ++m->id,
-                                "method", method, "params", params);
+        json_t *req = json_pack("{s:s, s:i, s:s, s:o}", "jsonrpc", "2.0", "id", ++m->id, "method",
+                                method, "params", params);
         char *text = json_dumps(req, JSON_COMPACT);
         fprintf(m->in, "%s\n", text);
         fflush(m->in);
@@ -275,8 +275,8 @@ static json_t *mcp_call(struct mcp_child *m, const char *method, json_t *params)
 static double mcp_tool_ms(struct mcp_child *m, json_t *args)
 {
         double t0 = now_ms();
-        json_t *r = mcp_call(m, "tools/call", json_pack("{s:s, s:o}", "name", "run_python",
-                                                        "arguments", args));
+        json_t *r = mcp_call(m, "tools/call",
+                             json_pack("{s:s, s:o}", "name", "run_python", "arguments", args));
         double dt = now_ms() - t0;
         bool ok = r && !json_is_true(json_object_get(r, "isError"));
         json_decref(r);
@@ -300,8 +300,7 @@ static void bench_mcp(struct cage_service *svc)
 {
         char config[512], path[300];
         snprintf(path, sizeof(path), "%s/mcp.json", data_dir);
-        snprintf(config, sizeof(config), "{\"data_dir\": \"%s/mcp\", \"pool_size\": 4}",
-                 data_dir);
+        snprintf(config, sizeof(config), "{\"data_dir\": \"%s/mcp\", \"pool_size\": 4}", data_dir);
         FILE *f = fopen(path, "we");
         if (!f)
                 return;
@@ -339,7 +338,8 @@ static void bench_mcp(struct cage_service *svc)
         printf("run_python(\"print(1)\") in a sandbox's session (%d rounds):\n", n);
         report("MCP over stdio (codecage mcp)", a, n);
         report("C API (cage_service_python_run)", b, n);
-        printf("  the MCP layer adds %.3f ms (bar: well under 1 ms)\n", median(a, n) - median(b, n));
+        printf("  the MCP layer adds %.3f ms (bar: well under 1 ms)\n",
+               median(a, n) - median(b, n));
         int k = n / 4 ? n / 4 : 1;
         for (int i = 0; i < k; i++) {
                 usleep(300000); /* both pools refilled */

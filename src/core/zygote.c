@@ -509,7 +509,7 @@ static int recv_sync(struct fork_fds *f, char *buf, size_t size, struct ucred *c
 }
 
 /* The child's sync message `kind`, sent as ids by want_pid (any pid when
- * 0); its pid in *ret. "p" comes before the child has its own ids (it has
+ * 0); its pid in *ret (when ret). "p" comes before the child has its own ids (it has
  * the template's) and gives us its pid; "r" says every step of its launch
  * is done, and must come from the process we placed, as the ids it was
  * given. */
@@ -527,7 +527,8 @@ static int expect_sync(struct fork_fds *f, char kind, pid_t want_pid, const stru
                                        "zygote: \"%c\" from pid %d uid %u is not what the new "
                                        "sandbox was to send",
                                        kind, (int)cred.pid, (unsigned)cred.uid);
-        *ret = cred.pid;
+        if (ret)
+                *ret = cred.pid;
         return 0;
 }
 
@@ -594,9 +595,8 @@ static int spawn_child(struct cage_zygote *z, struct launcher *l, struct launch_
                 r = expect_sync(f, 'p', 0, &z->shared, pid, err);
         if (r == 0)
                 r = place(l, f, *pid, err);
-        pid_t done;
         if (r == 0)
-                r = expect_sync(f, 'r', *pid, ids, &done, err);
+                r = expect_sync(f, 'r', *pid, ids, NULL, err);
         close_fd(&f->sync);
         return r;
 }
