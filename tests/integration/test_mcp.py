@@ -22,6 +22,7 @@ installed (no npm registry)."""
 import http.client
 import json
 import os
+import queue
 import signal
 import socket
 import subprocess
@@ -1085,6 +1086,23 @@ def test_stdio_end_of_input_lets_calls_finish(stdio):
     assert answers[3]["structuredContent"]["error"]["type"] == "HostCallError"
 
 
+def test_stdio_requests_from_a_file(stdio_config, tmp_path):
+    """Standard input that epoll cannot watch (a regular file) is read to its
+    end; every call answers."""
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text("".join(json.dumps(m) + "\n" for m in [
+        rpc("initialize", INIT),
+        rpc("tools/call", {"name": "run_python", "arguments": {"code": "6 * 7"}}, id=2),
+        rpc("tools/call", {"name": "run_python", "arguments": {"code": "6 * 8"}}, id=3)]))
+    with open(requests) as stdin:
+        done = subprocess.run([str(BUILD / "codecage"), "mcp", "--config", str(stdio_config)],
+                              stdin=stdin, capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    answers = {m["id"]: m["result"] for m in map(json.loads, done.stdout.splitlines())}
+    assert answers[2]["structuredContent"]["return_value"] == 42
+    assert answers[3]["structuredContent"]["return_value"] == 48
+
+
 def test_stdio_tools_flag(stdio):
     s = stdio("--tools", "run_python,file_read")
     s.ask(rpc("initialize", INIT))
@@ -1154,6 +1172,40 @@ def test_stdio_concurrent_sampling_answers_route_by_id(stdio):
             results[msg["id"]] = msg["result"]["structuredContent"]["return_value"]
     assert results == {11: "re: question 1", 12: "re: question 2"}
     s.close()
+
+
+def test_stdio_calls_read_together_run_at_once(stdio):
+    """Two calls that arrive in one read both start: the second does not wait
+    behind the first, which waits for the client's answer to its sampling
+    request (the client answers only once it has the second's result)."""
+    s = stdio()
+    s.ask(rpc("initialize", {**INIT, "capabilities": {"sampling": {}}}))
+    # A finished call leaves a thread waiting for the next.
+    assert s.call_tool("run_python", {"code": "1"}, id=2)["structuredContent"]["status"] == "ok"
+    first = rpc("tools/call", {"name": "run_python", "arguments": {"code": "llm_query('q')"}}, id=3)
+    second = rpc("tools/call", {"name": "run_python", "arguments": {"code": "6 * 7"}}, id=4)
+    s.proc.stdin.write(json.dumps(first).encode() + b"\n" + json.dumps(second).encode() + b"\n")
+    s.proc.stdin.flush()
+    lines = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(json.loads(x)) for x in s.proc.stdout],
+                     daemon=True).start()
+    seen, ask = {}, None
+    while 4 not in seen or ask is None:
+        msg = lines.get(timeout=120)
+        if msg.get("method") == "sampling/createMessage":
+            ask = msg["id"]
+        elif "id" in msg:
+            seen[msg["id"]] = msg
+    assert 3 not in seen, seen
+    assert seen[4]["result"]["structuredContent"]["return_value"] == 42
+    s.send({"jsonrpc": "2.0", "id": ask, "result": {
+        "role": "assistant", "model": "m", "content": {"type": "text", "text": "a"}}})
+    while 3 not in seen:
+        msg = lines.get(timeout=120)
+        seen[msg.get("id")] = msg
+    assert seen[3]["result"]["structuredContent"]["return_value"] == "a"
+    s.proc.stdin.close()
+    assert s.proc.wait(timeout=60) == 0
 
 
 def test_stdio_sampling_prompts_with_nul_reach_the_client_whole(stdio):
