@@ -14,6 +14,7 @@ Usage (root): sudo bench/mcp_roundtrip.py [--rounds 2000] [--build build]
 Not a test: numbers are printed.
 """
 import argparse
+import io
 import json
 import os
 import shutil
@@ -30,7 +31,9 @@ class Mcp:
     def __init__(self, binary, cfg):
         self.p = subprocess.Popen([binary, "mcp", "--config", cfg], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0)
-        self.out = self.p.stdout
+        # bufsize=0 keeps each request one write; the answers are read
+        # buffered (a raw pipe's readline reads one byte per system call).
+        self.out = io.BufferedReader(self.p.stdout)
         self.next = 1
         self.rpc("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
                                 "clientInfo": {"name": "bench", "version": "1"}})
@@ -78,6 +81,7 @@ def main():
     assert not r["result"].get("isError"), r
     floor = subprocess.Popen(["/usr/bin/python3", "-S", "-c", FLOOR], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, bufsize=0)
+    floor_out = io.BufferedReader(floor.stdout)
     call = {"jsonrpc": "2.0", "method": "tools/call",
             "params": {"name": "run_python", "arguments": {"code": "x + 1", "sandbox": "rt"}}}
     call26 = {"jsonrpc": "2.0", "method": "tools/call",
@@ -90,7 +94,7 @@ def main():
         for _ in range(block):
             t = time.perf_counter()
             floor.stdin.write(b"x + 1\n")
-            floor.stdout.readline()
+            floor_out.readline()
             t_floor.append((time.perf_counter() - t) * 1e3)
         for _ in range(block):
             call["id"] = m.next
