@@ -9,7 +9,10 @@ there (no seccomp yet) so it can make namespaces and write id maps. It never
 runs code it was sent: it reads requests from fd 3 (SOCK_SEQPACKET, one
 message each) and answers nothing but "ready" or "error".
 
-  hello (JSON, once)  uid, gid, the /proc masks, the seccomp program (hex)
+  hello (JSON + fds,   uid, gid, the /proc masks, the seccomp programs
+         once)        (hex); fds: the spawn object (runtime/zygote_child.c)
+                      and the session driver's bytecode, each a sealed
+                      memfd this process reads and closes before any spawn
   spawn (JSON + fds)  host_uid, host_gid and the sandbox's own: workdir,
                       scratch tmpfs options, rlimits; fds stdout, stderr,
                       channel, sync, ctl, status, the codecage-init image,

@@ -29,6 +29,8 @@
 #define STARTED_TIMEOUT_MS 10000
 #define PEAK_MARGIN_BYTES  (1u << 20)
 
+_Static_assert(BOX_FD_MAX <= FD_SEND_MAX, "an exec's fds go in one fd_send()");
+
 struct exec_state {
         struct cage_box *box;
         const struct cage_exec *ex;
@@ -135,23 +137,9 @@ static int make_pipes(struct exec_state *st, struct cage_error *err)
 
 static int send_request(struct exec_state *st, const char *msg, size_t len, struct cage_error *err)
 {
-        char control[CMSG_SPACE(sizeof(int) * BOX_FD_MAX)] = {0};
-        struct iovec iov = {.iov_base = (void *)msg, .iov_len = len};
-        struct msghdr mh = {.msg_iov = &iov,
-                            .msg_iovlen = 1,
-                            .msg_control = control,
-                            .msg_controllen = CMSG_SPACE(sizeof(int) * st->n_child)};
-        struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-        c->cmsg_level = SOL_SOCKET;
-        c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(sizeof(int) * st->n_child);
-        memcpy(CMSG_DATA(c), st->child, sizeof(int) * st->n_child);
-        ssize_t n;
-        do
-                n = sendmsg(st->box->ctl_fd, &mh, MSG_NOSIGNAL);
-        while (n < 0 && errno == EINTR);
+        ssize_t n = fd_send(st->box->ctl_fd, msg, len, st->child, (size_t)st->n_child);
         if (n < 0)
-                return cage_fail(err, errno == EPIPE || errno == ECONNRESET ? -ESRCH : -errno,
+                return cage_fail(err, n == -EPIPE || n == -ECONNRESET ? -ESRCH : (int)n,
                                  "sending the exec to the sandbox's init");
         return 0;
 }

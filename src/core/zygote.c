@@ -212,20 +212,8 @@ static int send_hello(struct cage_zygote *z, const char *hello,
         if (pyc < 0)
                 return pyc;
         int fds[2] = {so, pyc};
-        char control[CMSG_SPACE(sizeof(fds))] = {0};
-        struct iovec iov = {.iov_base = (void *)hello, .iov_len = strlen(hello)};
-        struct msghdr mh = {.msg_iov = &iov,
-                            .msg_iovlen = 1,
-                            .msg_control = control,
-                            .msg_controllen = sizeof(control)};
-        struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-        c->cmsg_level = SOL_SOCKET;
-        c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(sizeof(fds));
-        memcpy(CMSG_DATA(c), fds, sizeof(fds));
-        if (sendmsg(z->ctl, &mh, MSG_NOSIGNAL) < 0)
-                return cage_fail(err, -errno, "zygote: hello");
-        return 0;
+        ssize_t sent = fd_send(z->ctl, hello, strlen(hello), fds, 2);
+        return sent < 0 ? cage_fail(err, (int)sent, "zygote: hello") : 0;
 }
 
 static int handshake(struct cage_zygote *z, const char *hello,
@@ -323,6 +311,7 @@ int cage_zygote_start(const struct cage_spec *spec, const struct cage_zygote_dri
 /* ---- fork ---- */
 
 enum { C_OUT, C_ERR, C_CHAN, C_SYNC, C_CTL, C_STATUS, C_INIT, C_ENV, C_WORKSPACE, C_COUNT };
+_Static_assert(C_COUNT <= FD_SEND_MAX, "a spawn request's fds go in one fd_send()");
 
 struct fork_fds {
         int child[C_COUNT]; /* what the zygote hands to the child (C_WORKSPACE: -1 without) */
@@ -451,26 +440,15 @@ static int send_spawn(struct cage_zygote *z, const char *text, struct fork_fds *
         for (int i = 0; i < C_COUNT; i++)
                 if (f->child[i] >= 0)
                         fds[n++] = f->child[i];
-        char control[CMSG_SPACE(sizeof(int) * C_COUNT)] = {0};
-        struct iovec iov = {.iov_base = (void *)text, .iov_len = strlen(text)};
-        struct msghdr mh = {.msg_iov = &iov,
-                            .msg_iovlen = 1,
-                            .msg_control = control,
-                            .msg_controllen = CMSG_SPACE(sizeof(int) * n)};
-        struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-        c->cmsg_level = SOL_SOCKET;
-        c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(sizeof(int) * n);
-        memcpy(CMSG_DATA(c), fds, sizeof(int) * n);
         pthread_mutex_lock(&z->lock);
-        ssize_t sent = z->dead ? -1 : sendmsg(z->ctl, &mh, MSG_NOSIGNAL);
-        int e = errno;
-        if (sent < 0 && e != EMSGSIZE && e != ENOBUFS)
+        ssize_t sent = z->dead ? -ESRCH : fd_send(z->ctl, text, strlen(text), fds, n);
+        bool too_large = sent == -EMSGSIZE || sent == -ENOBUFS;
+        if (sent < 0 && !too_large)
                 z->dead = true;
         pthread_mutex_unlock(&z->lock);
         for (int i = 0; i < C_COUNT; i++)
                 close_fd(&f->child[i]);
-        if (sent < 0 && (e == EMSGSIZE || e == ENOBUFS))
+        if (too_large)
                 return cage_fail(err, -E2BIG, "zygote: the spawn request");
         return sent < 0 ? cage_fail_plain(err, -ESRCH, "zygote: the template is gone") : 0;
 }

@@ -10,6 +10,8 @@
 
 #include "fdutil.h"
 
+_Static_assert(FD_PARK_MAX <= FD_SEND_MAX, "parked fds go in one fd_send()");
+
 /* The message: which of the n slots were present, then those fds. */
 struct park_note {
         uint32_t present; /* bit i: fds[i] was parked */
@@ -30,27 +32,11 @@ int fd_park(int *const fds[], size_t n)
         int sv[2];
         if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
                 return -errno;
-        char control[CMSG_SPACE(sizeof(int) * FD_PARK_MAX)] = {0};
-        struct iovec iov = {.iov_base = &note, .iov_len = sizeof(note)};
-        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-        if (note.count) {
-                mh.msg_control = control;
-                mh.msg_controllen = CMSG_SPACE(sizeof(int) * note.count);
-                struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-                c->cmsg_level = SOL_SOCKET;
-                c->cmsg_type = SCM_RIGHTS;
-                c->cmsg_len = CMSG_LEN(sizeof(int) * note.count);
-                memcpy(CMSG_DATA(c), sent, sizeof(int) * note.count);
-        }
-        ssize_t r;
-        do
-                r = sendmsg(sv[0], &mh, MSG_NOSIGNAL);
-        while (r < 0 && errno == EINTR);
-        int e = errno;
+        ssize_t r = fd_send(sv[0], &note, sizeof(note), sent, note.count);
         close(sv[0]);
         if (r != (ssize_t)sizeof(note)) {
                 close(sv[1]);
-                return r < 0 ? -e : -EIO;
+                return r < 0 ? (int)r : -EIO;
         }
         for (size_t i = 0; i < n; i++)
                 close_fd(fds[i]);

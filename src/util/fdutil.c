@@ -177,3 +177,26 @@ int openat2_retry(int dfd, const char *path, uint64_t flags, mode_t mode, uint64
         }
         return -EAGAIN;
 }
+
+ssize_t fd_send(int sock, const void *buf, size_t len, const int *fds, size_t n)
+{
+        if (n > FD_SEND_MAX)
+                return -EINVAL;
+        char control[CMSG_SPACE(sizeof(int) * FD_SEND_MAX)] = {0};
+        struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
+        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+        if (n > 0) {
+                mh.msg_control = control;
+                mh.msg_controllen = CMSG_SPACE(sizeof(int) * n);
+                struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+                c->cmsg_level = SOL_SOCKET;
+                c->cmsg_type = SCM_RIGHTS;
+                c->cmsg_len = CMSG_LEN(sizeof(int) * n);
+                memcpy(CMSG_DATA(c), fds, sizeof(int) * n);
+        }
+        ssize_t sent;
+        do
+                sent = sendmsg(sock, &mh, MSG_NOSIGNAL);
+        while (sent < 0 && errno == EINTR);
+        return sent < 0 ? -errno : sent;
+}
