@@ -55,6 +55,7 @@
 #include "services/service.h"
 #include "util/cleanup.h"
 #include "util/clock.h"
+#include "util/kept_threads.h"
 
 #define JOB_ID_LEN        32 /* lowercase hex */
 #define MAC_LEN           32
@@ -71,8 +72,7 @@ static const char *const state_names[] = {"working", "input_required", "complete
 
 struct mcp_job {
         struct mcp_job *next;
-        struct mcp_job *run_next; /* in the queue of jobs handed to an idle thread */
-        struct mcp_sink sink;     /* the job call's messages go to the waiting request */
+        struct mcp_sink sink; /* the job call's messages go to the waiting request */
         struct mcp_server *srv;
         char id[JOB_ID_LEN + 1];
         char tenant[CAGE_CONFIG_TENANT_NAME_MAX + 1];
@@ -114,11 +114,8 @@ static bool switched_off(const char *check)
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t changed;
 /* Threads that ran a job wait JOB_THREAD_KEEP_S for the next one: a call
- * is then handed over instead of paying for a thread's start and end.
- * idle_threads counts the waiting threads no queued job is promised to. */
-static pthread_cond_t runnable;
-static struct mcp_job *run_queue, **run_queue_end = &run_queue;
-static unsigned idle_threads;
+ * is then handed over instead of paying for a thread's start and end. */
+static struct kept_threads job_threads;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static struct mcp_job *jobs;
 static unsigned char mac_key[32];
@@ -130,8 +127,8 @@ static void init_once(void)
         pthread_condattr_init(&attr);
         pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
         pthread_cond_init(&changed, &attr);
-        pthread_cond_init(&runnable, &attr);
         pthread_condattr_destroy(&attr);
+        kept_threads_init(&job_threads, JOB_THREAD_KEEP_S);
         key_ok = getrandom(mac_key, sizeof(mac_key), 0) == (ssize_t)sizeof(mac_key);
 }
 
@@ -373,8 +370,9 @@ static int job_send(struct mcp_sink *sink, const json_t *msg)
         return 0;
 }
 
-static void run_job(struct mcp_job *j)
+static void run_job(void *arg)
 {
+        struct mcp_job *j = arg;
         json_t *answer = mcp_call_run(j->call);
         pthread_mutex_lock(&lock);
         struct mcp_call *call = TAKE_PTR(j->call);
@@ -408,56 +406,10 @@ static void run_job(struct mcp_job *j)
         pthread_mutex_unlock(&lock);
 }
 
-/* Under the lock: the next job handed to this thread, waiting up to
- * JOB_THREAD_KEEP_S; NULL when none came. */
-static struct mcp_job *next_job_locked(void)
-{
-        struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_sec += JOB_THREAD_KEEP_S;
-        idle_threads++;
-        while (!run_queue)
-                if (pthread_cond_timedwait(&runnable, &lock, &until) == ETIMEDOUT)
-                        break;
-        struct mcp_job *j = run_queue;
-        if (!j) {
-                idle_threads--;
-                return NULL;
-        }
-        if (!(run_queue = j->run_next)) /* whoever queued it took us off idle_threads */
-                run_queue_end = &run_queue;
-        return j;
-}
-
-static void *job_main(void *arg)
-{
-        for (struct mcp_job *j = arg; j;) {
-                run_job(j);
-                pthread_mutex_lock(&lock);
-                j = next_job_locked();
-                pthread_mutex_unlock(&lock);
-        }
-        return NULL;
-}
-
-/* Under the lock: j runs on an idle thread, or on a new one. */
+/* Under the lock: j runs on a kept thread, or on a new one. */
 static int run_on_a_thread(struct mcp_job *j)
 {
-        if (idle_threads > 0) {
-                idle_threads--;
-                j->run_next = NULL;
-                *run_queue_end = j;
-                run_queue_end = &j->run_next;
-                pthread_cond_signal(&runnable);
-                return 0;
-        }
-        pthread_t thread;
-        pthread_attr_t attr;
-        pthread_attr_init(&attr);
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        int r = pthread_create(&thread, &attr, job_main, j);
-        pthread_attr_destroy(&attr);
-        return -r;
+        return kept_threads_run(&job_threads, run_job, j);
 }
 
 /* ---- starting one ---------------------------------------------------------------------- */

@@ -47,6 +47,7 @@
 #include "util/cleanup.h"
 #include "util/error.h"
 #include "util/fdutil.h"
+#include "util/kept_threads.h"
 
 #define READ_CHUNK (64 * 1024)
 
@@ -63,16 +64,12 @@ struct stdio_transport {
         struct mcp_session *modern;  /* 2026-07-28: stateless */
         struct stdio_out out;
         pthread_mutex_t lock;
-        pthread_cond_t idle; /* a worker finished */
-        size_t workers;      /* calls running */
-        /* Threads are kept for the next call (creating one per call, and
-         * freeing its stack after, cost more than the call itself). */
-        pthread_cond_t work; /* a job was queued, or closing */
-        pthread_cond_t gone; /* a thread ended */
-        struct job *queue;   /* jobs for waiting threads */
-        size_t queued, threads, waiting;
-        bool closing;
+        pthread_cond_t idle;                /* a call finished */
+        size_t workers;                     /* calls running, here or on a worker */
+        struct kept_threads worker_threads; /* for calls the input threads do not run */
         /* Input threads (the calling one and those started beside it). */
+        pthread_cond_t gone;  /* one ended */
+        size_t threads;       /* started beside the calling one, alive */
         size_t input_waiting; /* in epoll_wait, or about to be */
         bool pollable;        /* standard input works with epoll */
         bool finishing;       /* a thread saw the end of input or a stop */
@@ -122,11 +119,11 @@ static void send_owned(struct stdio_transport *t, json_t *msg)
 struct job {
         struct stdio_transport *t;
         struct mcp_call *call;
-        struct job *next;
 };
 
-static void run_job(struct job *job)
+static void run_job(void *arg)
 {
+        struct job *job = arg;
         struct stdio_transport *t = job->t;
         send_owned(t, mcp_call_run(job->call));
         mcp_call_free(job->call);
@@ -137,85 +134,25 @@ static void run_job(struct job *job)
         pthread_mutex_unlock(&t->lock);
 }
 
-/* With t->lock held: the next queued job, waiting a while for one. */
-static struct job *next_job(struct stdio_transport *t)
-{
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_sec += THREAD_KEEP_S;
-        t->waiting++;
-        while (!t->queue && !t->closing)
-                if (pthread_cond_timedwait(&t->work, &t->lock, &until) == ETIMEDOUT)
-                        break;
-        t->waiting--;
-        struct job *job = t->queue;
-        if (job) {
-                t->queue = job->next;
-                t->queued--;
-        }
-        return job;
-}
-
-static void *worker_main(void *arg)
-{
-        struct job *job = arg;
-        struct stdio_transport *t = job->t;
-        while (job) {
-                run_job(job);
-                pthread_mutex_lock(&t->lock);
-                job = next_job(t);
-                pthread_mutex_unlock(&t->lock);
-        }
-        pthread_mutex_lock(&t->lock);
-        t->threads--;
-        pthread_cond_broadcast(&t->gone);
-        pthread_mutex_unlock(&t->lock);
-        return NULL;
-}
-
+/* A call for a worker thread to run. */
 static void start_call(struct stdio_transport *t, struct mcp_call *call)
 {
         struct job *job = malloc(sizeof(*job));
-        pthread_attr_t attr;
-        pthread_t thread;
-        int r = job ? 0 : ENOMEM;
         if (job) {
                 *job = (struct job){.t = t, .call = call};
                 pthread_mutex_lock(&t->lock);
                 t->workers++;
-                /* A kept thread takes it, unless every waiting thread has
-                 * a job already (the call would wait behind another). */
-                if (t->waiting > t->queued) {
-                        struct job **end = &t->queue;
-                        while (*end)
-                                end = &(*end)->next;
-                        *end = job;
-                        t->queued++;
-                        /* Signalled after the unlock: the woken thread does
-                         * not wake only to wait for the lock we hold. */
-                        pthread_mutex_unlock(&t->lock);
-                        pthread_cond_signal(&t->work);
-                        return;
-                }
-                t->threads++;
                 pthread_mutex_unlock(&t->lock);
-                pthread_attr_init(&attr);
-                pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-                r = pthread_create(&thread, &attr, worker_main, job);
-                pthread_attr_destroy(&attr);
-        }
-        if (r == 0)
-                return;
-        if (job) {
+                if (kept_threads_run(&t->worker_threads, run_job, job) == 0)
+                        return;
                 pthread_mutex_lock(&t->lock);
                 t->workers--;
-                t->threads--;
                 pthread_mutex_unlock(&t->lock);
+                free(job);
         }
         send_owned(t, jsonrpc_error(call->id, JSONRPC_INTERNAL_ERROR,
                                     "Internal error: cannot start a thread for the call"));
         mcp_call_free(call);
-        free(job);
 }
 
 /* ---- reading ---------------------------------------------------------------------------- */
@@ -409,12 +346,12 @@ static void finish(struct stdio_transport *t, int reason)
         (void)eventfd_write(t->end_fd, 1);
 }
 
-/* The kept threads go: they use t, which is about to go. */
+/* The other threads go: they use t, which is about to go. The input
+ * threads leave once they see the end (end_fd). */
 static void end_threads(struct stdio_transport *t)
 {
+        kept_threads_close(&t->worker_threads);
         pthread_mutex_lock(&t->lock);
-        t->closing = true;
-        pthread_cond_broadcast(&t->work);
         while (t->threads > 0)
                 pthread_cond_wait(&t->gone, &t->lock);
         pthread_mutex_unlock(&t->lock);
@@ -630,13 +567,12 @@ int mcp_stdio_run(struct mcp_server *srv, int in_fd, int out_fd, int stop_fd,
         pthread_mutex_init(&t.lock, NULL);
         pthread_mutex_init(&t.read_lock, NULL);
         pthread_cond_init(&t.idle, NULL);
-        pthread_cond_init(&t.work, NULL);
         pthread_cond_init(&t.gone, NULL);
+        kept_threads_init(&t.worker_threads, THREAD_KEEP_S);
         int r = serve(&t);
         mcp_session_unref(t.session);
         mcp_session_unref(t.modern);
         pthread_cond_destroy(&t.idle);
-        pthread_cond_destroy(&t.work);
         pthread_cond_destroy(&t.gone);
         pthread_mutex_destroy(&t.read_lock);
         pthread_mutex_destroy(&t.lock);
