@@ -380,7 +380,6 @@ static void *refill_main(void *arg)
                 int r = start_entry(p, shelf, &e);
                 pthread_mutex_lock(&p->lock);
                 shelf->starting--;
-                pthread_cond_broadcast(&p->cond);
                 cage_metrics_pool_refill(clock_mono_ms() - t0, r == 0);
                 if (r < 0) {
                         note_failure_locked(shelf);
@@ -547,7 +546,9 @@ static struct pool_entry *take_entry(struct cage_pool *p, struct pool_shelf *she
                 shelf->ready = e->next;
                 shelf->n_ready--;
         }
-        pthread_cond_broadcast(&p->cond); /* the refill threads */
+        /* One entry gone, one to start: one refill thread (a thread at
+         * work looks for more before it waits again). */
+        pthread_cond_signal(&p->cond);
         if (!e && shelf->forks)
                 e = wait_entry_locked(p, shelf);
         if (e)
