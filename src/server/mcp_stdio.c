@@ -408,6 +408,22 @@ static int read_input(struct stdio_transport *t, struct mcp_call **call)
 
 static void *input_main(void *arg);
 
+static bool start_input_thread(struct stdio_transport *t)
+{
+        pthread_mutex_lock(&t->lock);
+        t->threads++;
+        pthread_mutex_unlock(&t->lock);
+        pthread_t thread;
+        if (pthread_create(&thread, NULL, input_main, t) == 0) {
+                pthread_detach(thread);
+                return true;
+        }
+        pthread_mutex_lock(&t->lock);
+        t->threads--;
+        pthread_mutex_unlock(&t->lock);
+        return false;
+}
+
 /* Runs call on this thread when another input thread waits meanwhile (one
  * is started if none does) and nothing more is to be read yet; otherwise
  * a worker runs it. */
@@ -418,18 +434,12 @@ static void run_here(struct stdio_transport *t, struct mcp_call *call)
         bool start = here && t->input_waiting == 0;
         if (here)
                 t->workers++;
-        if (start)
-                t->threads++;
         pthread_mutex_unlock(&t->lock);
-        pthread_t thread;
-        if (start && pthread_create(&thread, NULL, input_main, t) != 0) {
+        if (start && !start_input_thread(t)) {
                 pthread_mutex_lock(&t->lock);
-                t->threads--;
                 t->workers--;
                 pthread_mutex_unlock(&t->lock);
                 here = false;
-        } else if (start) {
-                pthread_detach(thread);
         }
         if (!here) {
                 start_call(t, call);
@@ -444,13 +454,13 @@ static void run_here(struct stdio_transport *t, struct mcp_call *call)
 }
 
 /* With t->lock held: whether this input thread leaves. The calling thread
- * stays to the end; another leaves at the end or after THREAD_KEEP_S idle
- * while a thread still waits for input. */
+ * and one more stay to the end (the first call then finds a thread to
+ * read while it runs); another leaves after THREAD_KEEP_S idle. */
 static bool input_thread_leaves(struct stdio_transport *t, bool calling, int woke)
 {
         if (t->ended)
                 return true;
-        return !calling && woke == 0 && t->input_waiting > 0;
+        return !calling && woke == 0 && t->input_waiting > 1;
 }
 
 static void input_loop(struct stdio_transport *t, int ep, bool calling)
@@ -534,6 +544,7 @@ static int serve(struct stdio_transport *t)
         int ep = input_epoll(t);
         t->pollable = ep >= 0;
         if (ep >= 0) {
+                (void)start_input_thread(t); /* else the first call starts one */
                 input_loop(t, ep, true);
                 close(ep);
         } else {
