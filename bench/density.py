@@ -6,7 +6,9 @@ For i in 0..N-1: create sandbox dN-i (memory_mib 64) and run `x = i` in its
 Python session. Printed:
   creation rate (create + first session call) per block of 500 (or N/8),
       first and last block
-  a session call `x + 1` p50/p90 on random live sandboxes at checkpoints
+  a session call `x + 1` p50/p90 on random live sandboxes at checkpoints,
+      through http.client and through a raw HTTP/1.1 client (the server's
+      answer time without http.client's own), alternating
   server fds and threads per live sandbox (right after calls, and idle)
   memory per idle sandbox with its session: the drop of MemAvailable (and
       the rise of used memory) over N, next to a bare `python3` REPL loop
@@ -76,6 +78,44 @@ class Client:
                 self.conn = UnixHTTP(self.path)
                 if attempt:
                     raise
+
+
+class RawClient:
+    """HTTP/1.1 on a kept Unix socket connection with nothing but the
+    request's bytes and the response's status, Content-Length and body:
+    the server's answer time without http.client's own (~0.1 ms a call
+    here)."""
+
+    def __init__(self, path):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(120)
+        self.sock.connect(path)
+        self.buf = b""
+
+    def post(self, url, body):
+        data = json.dumps(body).encode()
+        self.sock.sendall(b"POST %s HTTP/1.1\r\nHost: localhost\r\nContent-Type: "
+                          b"application/json\r\nContent-Length: %d\r\n\r\n%s"
+                          % (url.encode(), len(data), data))
+        while b"\r\n\r\n" not in self.buf:
+            self.more()
+        head, _, self.buf = self.buf.partition(b"\r\n\r\n")
+        lines = head.split(b"\r\n")
+        length = next(int(v) for k, _, v in (l.partition(b":") for l in lines[1:])
+                      if k.strip().lower() == b"content-length")
+        while len(self.buf) < length:
+            self.more()
+        out, self.buf = self.buf[:length], self.buf[length:]
+        return int(lines[0].split()[1]), json.loads(out)
+
+    def more(self):
+        got = self.sock.recv(65536)
+        if not got:
+            raise OSError("the server closed the connection")
+        self.buf += got
+
+    def close(self):
+        self.sock.close()
 
 
 def meminfo():
@@ -384,14 +424,25 @@ def run(a, n, block, data, sock, srv, base, a0, u0, k0):
     checkpoints = sorted({64, 1000, n} & set(range(1, n + 1)))
 
     def calls(k):
-        lat = []
-        for _ in range(min(a.calls, 20 * k)):
+        """Latencies of x + 1 through http.client and a raw client, alternating."""
+        lat, raw_lat = [], []
+        raw = RawClient(sock)
+        for i in range(min(a.calls, 20 * k)):
             nm = random.choice(names)
             t = time.perf_counter()
-            st, body = c.req("POST", f"/v1/sandboxes/{nm}/python", {"code": "x + 1"})
-            lat.append((time.perf_counter() - t) * 1e3)
+            if i % 2:
+                st, body = raw.post(f"/v1/sandboxes/{nm}/python", {"code": "x + 1"})
+            else:
+                st, body = c.req("POST", f"/v1/sandboxes/{nm}/python", {"code": "x + 1"})
+            (raw_lat if i % 2 else lat).append((time.perf_counter() - t) * 1e3)
             assert st == 200 and body["status"] == "ok", body
-        return lat
+        raw.close()
+        return lat, raw_lat
+
+    def show_calls(k, lat, raw_lat, tail=""):
+        print(f"  {k:5d} live: call x + 1 p50 {pct(lat, .5):.3f} ms p90 {pct(lat, .9):.3f} ms "
+              f"(n={len(lat)}); raw client p50 {pct(raw_lat, .5):.3f} ms "
+              f"p90 {pct(raw_lat, .9):.3f} ms{tail}", flush=True)
 
     failed = None
     local = threading.local()
@@ -440,9 +491,7 @@ def run(a, n, block, data, sock, srv, base, a0, u0, k0):
                 t_block = time.monotonic()
             if k in checkpoints:
                 t_pause = time.monotonic()
-                lat = calls(k)
-                print(f"  {k:5d} live: call x + 1 p50 {pct(lat, .5):.3f} ms p90 {pct(lat, .9):.3f} ms "
-                      f"(n={len(lat)}); server {(fds(srv.pid) - fd0) / k:.2f} fds/sandbox", flush=True)
+                show_calls(k, *calls(k), f"; server {(fds(srv.pid) - fd0) / k:.2f} fds/sandbox")
                 t_block += time.monotonic() - t_pause
     for cr in creators:  # the server's fd count is compared with its start
         cr.conn.close()
@@ -457,8 +506,7 @@ def run(a, n, block, data, sock, srv, base, a0, u0, k0):
               f"{pages[0]:.0f} ns after the first block, {pages[-1]:.0f} ns after the last "
               f"(ratio {pages[-1] / pages[0]:.2f})")
     if k and k not in checkpoints:
-        lat = calls(k)
-        print(f"  {k:5d} live: call x + 1 p50 {pct(lat, .5):.3f} ms p90 {pct(lat, .9):.3f} ms")
+        show_calls(k, *calls(k))
     fdk, thk = fds(srv.pid), threads(srv.pid)
     print(f"server right after calls: {fdk} fds ({(fdk - fd0) / max(k, 1):.2f} per sandbox), "
           f"{thk} threads")
