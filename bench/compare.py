@@ -707,8 +707,8 @@ def row_pool(ctx):
         f"pool_size {size}, waited full (every pooled sandbox idle) before each line; "
         "'baseline' column: how many calls a pooled sandbox served",
         "concurrency: N tools/call requests pipelined over one stdio connection to one "
-        "`codecage mcp`, which runs each call on its own thread (N concurrent one-shot runs, "
-        "each a fresh sandbox)"])
+        "`codecage mcp`, which runs them at once, each on a thread of its own (N concurrent "
+        "one-shot runs, each a fresh sandbox)"])
 
 
 def bare_load(inflight, seconds):
