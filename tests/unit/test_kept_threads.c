@@ -87,14 +87,20 @@ static void wait_idle(struct kept_threads *k, unsigned n)
         }
 }
 
+/* k with one thread, which ran a task and now waits for the next. */
+static void one_waiting_thread(struct kept_threads *k)
+{
+        kept_threads_init(k, 30);
+        probe.ran = 0;
+        CHECK(kept_threads_run(k, first_task, &probe) == 0);
+        wait_ran(&probe, 1);
+        wait_idle(k, 1);
+}
+
 TEST(a_finished_thread_takes_the_next_task)
 {
         struct kept_threads k;
-        kept_threads_init(&k, 30);
-        probe.ran = 0;
-        CHECK(kept_threads_run(&k, first_task, &probe) == 0);
-        wait_ran(&probe, 1);
-        wait_idle(&k, 1);
+        one_waiting_thread(&k);
         CHECK(kept_threads_run(&k, again_task, &probe) == 0);
         wait_ran(&probe, 2);
         CHECK(pthread_equal(probe.threads[0], probe.threads[1]));
@@ -105,11 +111,7 @@ TEST(a_finished_thread_takes_the_next_task)
 TEST(tasks_given_together_run_at_once)
 {
         struct kept_threads k;
-        kept_threads_init(&k, 30);
-        probe.ran = 0;
-        CHECK(kept_threads_run(&k, first_task, &probe) == 0);
-        wait_ran(&probe, 1);
-        wait_idle(&k, 1);
+        one_waiting_thread(&k);
         /* One thread waits; the second task must not queue behind the first. */
         CHECK(kept_threads_run(&k, blocked_task, &probe) == 0);
         CHECK(kept_threads_run(&k, release_task, &probe) == 0);
