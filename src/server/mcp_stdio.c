@@ -408,19 +408,34 @@ static int read_input(struct stdio_transport *t, struct mcp_call **call)
 
 static void *input_main(void *arg);
 
+struct input_start {
+        struct stdio_transport *t;
+        int ep; /* the thread's epoll set, made before it starts */
+};
+
+/* Another input thread; false when none could start (its epoll set is made
+ * here, so a thread that started waits for input). */
 static bool start_input_thread(struct stdio_transport *t)
 {
-        pthread_mutex_lock(&t->lock);
-        t->threads++;
-        pthread_mutex_unlock(&t->lock);
+        struct input_start *start = malloc(sizeof(*start));
+        if (!start)
+                return false;
+        *start = (struct input_start){.t = t, .ep = input_epoll(t)};
         pthread_t thread;
-        if (pthread_create(&thread, NULL, input_main, t) == 0) {
-                pthread_detach(thread);
-                return true;
+        if (start->ep >= 0) {
+                pthread_mutex_lock(&t->lock);
+                t->threads++;
+                pthread_mutex_unlock(&t->lock);
+                if (pthread_create(&thread, NULL, input_main, start) == 0) {
+                        pthread_detach(thread);
+                        return true;
+                }
+                pthread_mutex_lock(&t->lock);
+                t->threads--;
+                pthread_mutex_unlock(&t->lock);
+                close(start->ep);
         }
-        pthread_mutex_lock(&t->lock);
-        t->threads--;
-        pthread_mutex_unlock(&t->lock);
+        free(start);
         return false;
 }
 
@@ -506,13 +521,11 @@ static void input_thread_ends(struct stdio_transport *t)
 
 static void *input_main(void *arg)
 {
-        struct stdio_transport *t = arg;
-        int ep = input_epoll(t);
-        if (ep >= 0) {
-                input_loop(t, ep, false);
-                close(ep);
-        }
-        input_thread_ends(t);
+        struct input_start start = *(struct input_start *)arg;
+        free(arg);
+        input_loop(start.t, start.ep, false);
+        close(start.ep);
+        input_thread_ends(start.t);
         return NULL;
 }
 
