@@ -1067,14 +1067,43 @@ static void park_locked(struct sb *sb)
         pthread_mutex_unlock(&sb->py_lock);
 }
 
+/* A last_used_ms a call left for the store (svc_leave). */
+struct due_touch {
+        char id[CAGE_STORE_ID_LEN + 1];
+        int64_t last_used_ms;
+};
+
+/* With sb->lock held: sb's due touch goes to due[*n] (due has room). */
+static void take_touch_locked(struct sb *sb, struct due_touch *due, size_t *n)
+{
+        if (!sb->touch_due || !due)
+                return;
+        sb->touch_due = false;
+        snprintf(due[*n].id, sizeof(due[*n].id), "%s", sb->id);
+        due[(*n)++].last_used_ms = sb->last_used_ms;
+}
+
+/* The due touches, in one transaction. */
+static void store_touches(struct cage_service *svc, const struct due_touch *due, size_t n)
+{
+        _cleanup_free_ struct cage_store_touch *t = n ? calloc(n, sizeof(*t)) : NULL;
+        for (size_t i = 0; t && i < n; i++)
+                t[i] = (struct cage_store_touch){.id = due[i].id,
+                                                 .last_used_ms = due[i].last_used_ms};
+        if (t)
+                (void)cage_store_touch_many(svc->store, t, n, NULL);
+}
+
 static void stop_idle(struct cage_service *svc)
 {
         int64_t now = clock_wall_ms();
-        size_t n;
+        size_t n, n_due = 0;
         _cleanup_free_ struct sb **found = snapshot(svc, NULL, &n);
+        _cleanup_free_ struct due_touch *due = found && n ? calloc(n, sizeof(*due)) : NULL;
         for (size_t i = 0; found && i < n; i++) {
                 struct sb *sb = found[i];
                 pthread_mutex_lock(&sb->lock);
+                take_touch_locked(sb, due, &n_due);
                 uint64_t idle = sb->spec ? sb->spec->idle_timeout_s : 0;
                 if (!sb->removed && sb->box && sb->active == 0 && idle &&
                     now - sb->last_used_ms >= (int64_t)idle * 1000)
@@ -1084,6 +1113,7 @@ static void stop_idle(struct cage_service *svc)
                         park_locked(sb);
                 unlock_unref(sb);
         }
+        store_touches(svc, due, n_due);
 }
 
 static void *reaper_main(void *arg)
@@ -1108,6 +1138,19 @@ static void *reaper_main(void *arg)
         return NULL;
 }
 
+/* At the end, with the reaper gone: what calls left due goes to the store. */
+static void store_last_touches(struct cage_service *svc)
+{
+        size_t n_due = 0;
+        _cleanup_free_ struct due_touch *due = svc->count ? calloc(svc->count, sizeof(*due)) : NULL;
+        for (struct sb *sb = svc->list; sb && due && n_due < svc->count; sb = sb->next) {
+                pthread_mutex_lock(&sb->lock);
+                take_touch_locked(sb, due, &n_due);
+                pthread_mutex_unlock(&sb->lock);
+        }
+        store_touches(svc, due, n_due);
+}
+
 struct cage_service *cage_service_close(struct cage_service *svc)
 {
         if (!svc)
@@ -1125,6 +1168,7 @@ struct cage_service *cage_service_close(struct cage_service *svc)
         pthread_mutex_unlock(&svc->lock);
         for (size_t i = 0; i < svc->n_disposers; i++)
                 pthread_join(svc->disposers[i], NULL);
+        store_last_touches(svc);
         for (struct sb *sb = svc->list, *next; sb; sb = next) {
                 next = sb->next;
                 pthread_mutex_lock(&sb->lock);

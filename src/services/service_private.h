@@ -56,6 +56,7 @@ struct sb {
         unsigned active;       /* execs running now */
         int64_t created_ms, last_used_ms;
         int64_t touched_ms;           /* when last_used_ms last went to the store */
+        bool touch_due;               /* last_used_ms waits for the reaper to store it */
         char *workspace;              /* the mounted workspace directory, or NULL */
         pthread_mutex_t py_lock;      /* one Python call at a time */
         struct cage_session *session; /* under py_lock; freed by stop (active == 0) */

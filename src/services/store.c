@@ -1067,6 +1067,47 @@ int cage_store_touch(struct cage_store *s, const char *id, int64_t now, struct c
         return change_by_id(s, STMT_TOUCH, id, false, bind_touch, &now, "touch", err);
 }
 
+static int check_touches(const struct cage_store_touch *t, size_t n, struct cage_error *err)
+{
+        int r = 0;
+        for (size_t i = 0; r == 0 && i < n; i++) {
+                r = check_id("id", t[i].id, err);
+                if (r == 0 && t[i].last_used_ms < 0)
+                        r = cage_fail(err, -EINVAL, "last_used_ms must not be negative.");
+        }
+        return r;
+}
+
+static int touch_one(struct cage_store *s, const struct cage_store_touch *t, struct cage_error *err)
+{
+        _cleanup_reset_ sqlite3_stmt *st = NULL;
+        int r = store_stmt(s, STMT_TOUCH, &st, err);
+        if (r < 0)
+                return r;
+        int rc = bind_text(st, 1, t->id);
+        if (rc == SQLITE_OK)
+                rc = sqlite3_bind_int64(st, 2, t->last_used_ms);
+        if (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_DONE)
+                return 0;
+        return sql_fail(s->db, err, rc, "touch sandbox id %s", t->id);
+}
+
+int cage_store_touch_many(struct cage_store *s, const struct cage_store_touch *touches, size_t n,
+                          struct cage_error *err)
+{
+        _cleanup_unlock_ pthread_mutex_t *lock = NULL;
+        int r = check_touches(touches, n, err);
+        if (r < 0 || n == 0 || (r = store_lock(s, &lock, err)) < 0 ||
+            (r = store_durability(s, false, err)) < 0 ||
+            (r = exec_sql(s->db, "BEGIN IMMEDIATE", err)) < 0)
+                return r;
+        _cleanup_rollback_ sqlite3 *txn = s->db;
+        for (size_t i = 0; i < n; i++)
+                if ((r = touch_one(s, &touches[i], err)) < 0)
+                        return r;
+        return exec_sql(s->db, "COMMIT", err);
+}
+
 int cage_store_delete(struct cage_store *s, const char *id, struct cage_error *err)
 {
         return change_by_id(s, STMT_DELETE, id, true, NULL, NULL, "delete", err);

@@ -109,6 +109,14 @@ int cage_store_set_state(struct cage_store *store, const char *id, enum cage_san
 /* Raises last_used_ms to now_ms (0 = the current time); never lowers it. */
 int cage_store_touch(struct cage_store *store, const char *id, int64_t now_ms,
                      struct cage_error *err);
+struct cage_store_touch {
+        const char *id;
+        int64_t last_used_ms;
+};
+/* cage_store_touch() of n records in one transaction; a record that is
+ * gone is passed over. */
+int cage_store_touch_many(struct cage_store *store, const struct cage_store_touch *touches,
+                          size_t n, struct cage_error *err);
 /* -ENOENT when no such id. */
 int cage_store_delete(struct cage_store *store, const char *id, struct cage_error *err);
 /* At server start: hands every record left `running` by another server

@@ -210,3 +210,18 @@ def test_dist_config_is_a_valid_config(tmp_path):
     s = Server(tmp_path, extra=dist)
     assert s.request("GET", "/readyz").status in (200, 503)
     s.stop()
+
+
+def test_a_sandboxs_last_use_outlives_a_restart(tmp_path):
+    """The time of a sandbox's last call reaches the store (the reaper
+    writes what calls left due, and the server on its way out), so a
+    restarted server shows it rather than the time of creation."""
+    s = Server(tmp_path)
+    created = s.ok("POST", "/v1/sandboxes", {"name": "used"})
+    s.ok("POST", "/v1/sandboxes/used/exec", {"argv": ["true"]})
+    used = s.ok("GET", "/v1/sandboxes/used")["last_used"]
+    assert used != created["created"]
+    s.stop()
+    s.start()
+    assert s.ok("GET", "/v1/sandboxes/used")["last_used"] == used
+    s.stop()

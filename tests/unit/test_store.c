@@ -317,6 +317,38 @@ TEST(touch_only_moves_last_used_forward)
         tmp_remove(&t);
 }
 
+TEST(touch_many_moves_each_record_forward_and_passes_over_a_gone_one)
+{
+        struct tmp t;
+        tmp_make(&t);
+        struct cage_store *s = open_ok(t.db);
+        if (!s)
+                return;
+        struct cage_error err = {0};
+        struct cage_sandbox_record a_in = rec_new("acme", "a"), b_in = rec_new("acme", "b");
+        struct cage_sandbox_record *a = NULL, *b = NULL, *got = NULL;
+        a_in.created_ms = b_in.created_ms = 1000;
+        CHECK(cage_store_insert(s, &a_in, &a, &err) == 0 && a);
+        CHECK(cage_store_insert(s, &b_in, &b, &err) == 0 && b);
+        if (!a || !b)
+                goto out;
+        struct cage_store_touch touches[] = {{a->id, 7000}, {OLD1, 9000}, {b->id, 500}};
+        CHECK(cage_store_touch_many(s, touches, 3, &err) == 0);
+        CHECK(cage_store_get_by_id(s, a->id, &got, &err) == 0 && got && got->last_used_ms == 7000);
+        got = cage_sandbox_record_free(got);
+        CHECK(cage_store_get_by_id(s, b->id, &got, &err) == 0 && got && got->last_used_ms == 1000);
+        got = cage_sandbox_record_free(got);
+        struct cage_store_touch bad[] = {{a->id, 8000}, {b->id, -1}};
+        CHECK(cage_store_touch_many(s, bad, 2, &err) == -EINVAL);
+        CHECK(cage_store_get_by_id(s, a->id, &got, &err) == 0 && got && got->last_used_ms == 7000);
+out:
+        cage_sandbox_record_free(got);
+        cage_sandbox_record_free(a);
+        cage_sandbox_record_free(b);
+        cage_store_close(s);
+        tmp_remove(&t);
+}
+
 struct seen {
         int n;
         char names[8][64];
@@ -858,6 +890,7 @@ RUN_TESTS(T(create_get_list_delete_roundtrip),
           T(names_are_unique_per_tenant_and_tenants_are_isolated),
           T(list_is_ordered_by_name_and_filters_labels),
           T(state_update_sets_and_clears_runtime_fields), T(touch_only_moves_last_used_forward),
+          T(touch_many_moves_each_record_forward_and_passes_over_a_gone_one),
           T(mark_all_stopped_returns_exactly_other_instances_running_records),
           T(mark_all_stopped_changes_nothing_when_cleanup_fails),
           T(oversize_and_invalid_fields_are_refused), T(reopen_keeps_data_and_schema_is_versioned),
