@@ -121,17 +121,22 @@ struct job {
         struct mcp_call *call;
 };
 
-static void run_job(void *arg)
+/* Runs a call counted in t->workers, answers it and uncounts it. */
+static void run_call(struct stdio_transport *t, struct mcp_call *call)
 {
-        struct job *job = arg;
-        struct stdio_transport *t = job->t;
-        send_owned(t, mcp_call_run(job->call));
-        mcp_call_free(job->call);
-        free(job);
+        send_owned(t, mcp_call_run(call));
+        mcp_call_free(call);
         pthread_mutex_lock(&t->lock);
         t->workers--;
         pthread_cond_broadcast(&t->idle);
         pthread_mutex_unlock(&t->lock);
+}
+
+static void run_job(void *arg)
+{
+        struct job job = *(struct job *)arg;
+        free(arg);
+        run_call(job.t, job.call);
 }
 
 /* A call for a worker thread to run. */
@@ -456,16 +461,10 @@ static void run_here(struct stdio_transport *t, struct mcp_call *call)
                 pthread_mutex_unlock(&t->lock);
                 here = false;
         }
-        if (!here) {
+        if (here)
+                run_call(t, call);
+        else
                 start_call(t, call);
-                return;
-        }
-        send_owned(t, mcp_call_run(call));
-        mcp_call_free(call);
-        pthread_mutex_lock(&t->lock);
-        t->workers--;
-        pthread_cond_broadcast(&t->idle);
-        pthread_mutex_unlock(&t->lock);
 }
 
 /* With t->lock held: whether this input thread leaves. The calling thread

@@ -1073,14 +1073,15 @@ struct due_touch {
         int64_t last_used_ms;
 };
 
-/* With sb->lock held: sb's due touch goes to due[*n] (due has room). */
-static void take_touch_locked(struct sb *sb, struct due_touch *due, size_t *n)
+/* With sb->lock held: sb's due touch goes to (*due)[*n], *due made for
+ * cap of them when the first one comes (a touch it cannot hold stays due). */
+static void take_touch_locked(struct sb *sb, struct due_touch **due, size_t cap, size_t *n)
 {
-        if (!sb->touch_due || !due)
+        if (!sb->touch_due || *n >= cap || (!*due && !(*due = calloc(cap, sizeof(**due)))))
                 return;
         sb->touch_due = false;
-        snprintf(due[*n].id, sizeof(due[*n].id), "%s", sb->id);
-        due[(*n)++].last_used_ms = sb->last_used_ms;
+        snprintf((*due)[*n].id, sizeof((*due)[*n].id), "%s", sb->id);
+        (*due)[(*n)++].last_used_ms = sb->last_used_ms;
 }
 
 /* The due touches, in one transaction. */
@@ -1099,11 +1100,11 @@ static void stop_idle(struct cage_service *svc)
         int64_t now = clock_wall_ms();
         size_t n, n_due = 0;
         _cleanup_free_ struct sb **found = snapshot(svc, NULL, &n);
-        _cleanup_free_ struct due_touch *due = found && n ? calloc(n, sizeof(*due)) : NULL;
+        _cleanup_free_ struct due_touch *due = NULL;
         for (size_t i = 0; found && i < n; i++) {
                 struct sb *sb = found[i];
                 pthread_mutex_lock(&sb->lock);
-                take_touch_locked(sb, due, &n_due);
+                take_touch_locked(sb, &due, n, &n_due);
                 uint64_t idle = sb->spec ? sb->spec->idle_timeout_s : 0;
                 if (!sb->removed && sb->box && sb->active == 0 && idle &&
                     now - sb->last_used_ms >= (int64_t)idle * 1000)
@@ -1142,10 +1143,10 @@ static void *reaper_main(void *arg)
 static void store_last_touches(struct cage_service *svc)
 {
         size_t n_due = 0;
-        _cleanup_free_ struct due_touch *due = svc->count ? calloc(svc->count, sizeof(*due)) : NULL;
-        for (struct sb *sb = svc->list; sb && due && n_due < svc->count; sb = sb->next) {
+        _cleanup_free_ struct due_touch *due = NULL;
+        for (struct sb *sb = svc->list; sb; sb = sb->next) {
                 pthread_mutex_lock(&sb->lock);
-                take_touch_locked(sb, due, &n_due);
+                take_touch_locked(sb, &due, svc->count, &n_due);
                 pthread_mutex_unlock(&sb->lock);
         }
         store_touches(svc, due, n_due);

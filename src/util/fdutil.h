@@ -29,10 +29,10 @@ int openat2_retry(int dfd, const char *path, uint64_t flags, mode_t mode, uint64
 /* Closes *fd if it is open and sets it to -1. */
 void close_fd(int *fd);
 int fd_set_cloexec(int fd, bool on);
+int fd_set_nonblock(int fd, bool on);
 #define FD_SEND_MAX 16 /* the most fds one fd_send() passes */
 /* sendmsg() of buf on a Unix socket with fds (n at most FD_SEND_MAX) as
  * SCM_RIGHTS, without SIGPIPE, retried on EINTR; bytes sent or -errno. */
 ssize_t fd_send(int sock, const void *buf, size_t len, const int *fds, size_t n);
-int fd_set_nonblock(int fd, bool on);
 
 #endif

@@ -1,5 +1,5 @@
 /* Threads kept for the next task: a task goes to a thread that finished
- * one and waits for the next (KEEP seconds at most), or to a new thread.
+ * one and waits for the next (keep_s seconds at most), or to a new thread.
  * Creating a thread per task, and freeing its stack after, costs more
  * than a short task itself. */
 #ifndef CODECAGE_UTIL_KEPT_THREADS_H
