@@ -54,7 +54,7 @@ static void deliver(struct watch *w, int stream, const char *buf, size_t len)
 static void read_stream(struct watch *w, int *fd, int stream)
 {
         char buf[65536];
-        for (int i = 0; i < READS_PER_WAKE; i++) {
+        for (int i = 0; i < READS_PER_WAKE && !w->flooded; i++) {
                 ssize_t n = read(*fd, buf, sizeof(buf));
                 if (n > 0) {
                         deliver(w, stream, buf, (size_t)n);
@@ -154,6 +154,12 @@ void watch_loop(struct watch *w, const struct watch_fd *extra, size_t n_extra,
 void watch_drain(struct watch *w, const struct watch_fd *extra, size_t n_extra, void *ctx)
 {
         close_fd(&w->in_w);
+        /* Past the output stop, more would only grow with the machine's
+         * speed: the program's next write fails, if it lives to make one. */
+        if (w->flooded) {
+                close_fd(&w->out_r);
+                close_fd(&w->err_r);
+        }
         uint64_t until = clock_mono_ns() + DRAIN_MS * 1000000ULL;
         while ((w->out_r >= 0 || w->err_r >= 0) && clock_mono_ns() < until) {
                 struct pollfd p[2] = {{.fd = w->out_r, .events = POLLIN},
