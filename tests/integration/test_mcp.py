@@ -909,6 +909,23 @@ class Stdio:
         assert "result" in reply, reply
         return reply["result"]
 
+    def what_came_after(self, wait_s=5):
+        """For a failure's message: what the server writes within wait_s,
+        then, with its input closed, until it exits, and its stderr."""
+        lines = []
+        reader = threading.Thread(target=lambda: lines.extend(self.proc.stdout), daemon=True)
+        reader.start()
+        reader.join(wait_s)
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        reader.join(5)
+        err = self.proc.stderr.read().decode(errors="replace")
+        said = b"".join(lines).decode(errors="replace")
+        return f"--- stdout ---\n{said[-6000:]}\n--- stderr ---\n{err[-6000:]}"
+
     def close(self):
         self.proc.stdin.close()
         rc = self.proc.wait(timeout=60)
@@ -1127,7 +1144,10 @@ def start_sleeper(s, prefix):
         assert msg.get("id") != 2, f"the call ended early: {msg}"
         if msg.get("method") == "notifications/progress" and "up" in msg["params"]["message"]:
             break
-    wait_running(marker)
+    try:
+        wait_running(marker)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{s.what_came_after()}") from None
     return marker
 
 
