@@ -594,18 +594,18 @@ void cage_box_proc_signal(struct cage_box_proc *p, int sig)
 
 int cage_box_proc_usage(struct cage_box_proc *p, struct cage_box_usage *ret, bool with_oom)
 {
-        struct cgroup_stats s = {0};
+        uint64_t cpu_ns = 0;
         memset(ret, 0, sizeof(*ret));
         /* A zygote's driver has no exec group: it is in the box's own. */
         struct cage_cgroup *cg = p->st.adopted ? box_cgroup(p->st.box) : exec_cgroup(&p->st);
         if (!cg)
                 return 0;
-        int r = cage_cgroup_usage(cg, &s);
-        ret->cpu_ms = s.cpu_usage_ns / 1000000ULL;
-        ret->memory_bytes = s.peak_memory_bytes;
+        int r = cage_cgroup_cpu_usage(cg, &cpu_ns);
+        ret->cpu_ms = cpu_ns / 1000000ULL;
         /* A read of the box's own group's peak serves the OOM check too
          * (one read of each file, not two); a failed one does not. */
-        bool box_peak = false;
+        bool peak = cage_cgroup_memory_peak(cg, &ret->memory_bytes) == 0;
+        bool box_peak = peak && p->st.adopted;
         if (!ret->memory_bytes && !p->st.adopted)
                 ret->memory_bytes = box_peak_memory(p->st.box, &box_peak);
         if (with_oom)

@@ -1019,8 +1019,7 @@ static uint64_t oom_kills_v1_tree(int dirfd, int depth)
         return total;
 }
 
-/* CPU and memory use, without the OOM count (a walk of the subtree). */
-static int usage_v1(struct cage_cgroup *cg, struct cgroup_stats *ret)
+static int stats_v1(struct cage_cgroup *cg, struct cgroup_stats *ret)
 {
         int r = 0;
         if (cg->fd[HIER_CPUACCT] >= 0)
@@ -1029,15 +1028,9 @@ static int usage_v1(struct cage_cgroup *cg, struct cgroup_stats *ret)
         if (fd < 0)
                 return r;
         (void)read_counter(cg, fd, CTR_MEM_USAGE, &ret->memory_bytes);
-        return keep_first(r, read_counter(cg, fd, CTR_MEM_PEAK, &ret->peak_memory_bytes));
-}
-
-static int stats_v1(struct cage_cgroup *cg, struct cgroup_stats *ret)
-{
-        int r = usage_v1(cg, ret);
-        if (cg->fd[HIER_MEMORY] >= 0)
-                ret->oom_kills = oom_kills_v1_tree(cg->fd[HIER_MEMORY], 0) +
-                                 __atomic_load_n(&cg->retired_oom_kills, __ATOMIC_RELAXED);
+        r = keep_first(r, read_counter(cg, fd, CTR_MEM_PEAK, &ret->peak_memory_bytes));
+        ret->oom_kills = oom_kills_v1_tree(fd, 0) +
+                         __atomic_load_n(&cg->retired_oom_kills, __ATOMIC_RELAXED);
         return r;
 }
 
@@ -1062,12 +1055,18 @@ int cage_cgroup_memory_peak(struct cage_cgroup *cg, uint64_t *ret)
         return 0;
 }
 
-int cage_cgroup_usage(struct cage_cgroup *cg, struct cgroup_stats *ret)
+int cage_cgroup_cpu_usage(struct cage_cgroup *cg, uint64_t *ret_ns)
 {
-        memset(ret, 0, sizeof(*ret));
-        if (cg->backend != CGROUP_BACKEND_V1)
-                return cage_cgroup_stats(cg, ret);
-        return usage_v1(cg, ret);
+        *ret_ns = 0;
+        if (cg->backend == CGROUP_BACKEND_V2) {
+                uint64_t usec = 0;
+                int r = read_keyed_at(cg->fd[HIER_UNIFIED], "cpu.stat", "usage_usec", &usec);
+                *ret_ns = usec * NSEC_PER_USEC;
+                return r;
+        }
+        if (cg->backend != CGROUP_BACKEND_V1 || cg->fd[HIER_CPUACCT] < 0)
+                return 0;
+        return read_counter(cg, cg->fd[HIER_CPUACCT], CTR_CPUACCT_USAGE, ret_ns);
 }
 
 int cage_cgroup_stats(struct cage_cgroup *cg, struct cgroup_stats *ret)

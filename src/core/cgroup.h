@@ -73,9 +73,10 @@ int cage_cgroup_attach(struct cage_cgroup *cg, pid_t pid, struct cage_error *err
 int cage_cgroup_clone_fd(const struct cage_cgroup *cg);
 /* Reads usage counters; fields a backend cannot tell are left 0. */
 int cage_cgroup_stats(struct cage_cgroup *cg, struct cgroup_stats *ret);
-/* cage_cgroup_stats() without oom_kills (which v1 counts over the subtree,
- * a directory walk): cpu time and memory only. */
-int cage_cgroup_usage(struct cage_cgroup *cg, struct cgroup_stats *ret);
+/* The group's CPU time in ns, alone: what a session call reads besides
+ * the peak (cage_cgroup_stats() also reads memory now and the OOM kills,
+ * which v1 counts over the subtree, a directory walk). */
+int cage_cgroup_cpu_usage(struct cage_cgroup *cg, uint64_t *ret_ns);
 /* The group's peak memory use since it was made (v1: the larger of
  * memory.max_usage_in_bytes and memory.memsw.max_usage_in_bytes, v2:
  * memory.peak, 5.19+). The group's OOM killer runs only once its use has
