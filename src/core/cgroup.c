@@ -19,6 +19,7 @@
 #include <linux/magic.h>
 #include <math.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -693,6 +694,52 @@ static int group_path(const struct cage_cgroup *cg, int hi, char *buf, size_t si
         return n < 0 || (size_t)n >= size ? -ENAMETOOLONG : 0;
 }
 
+/* The directory above a group in hierarchy hi (v1: <base>/<hier>/codecage,
+ * v2: <base>), opened once per process for the first base seen, -1 for
+ * another: a group reopened relative to it skips the walk from / (2.5 µs
+ * instead of 4.4 on a v1 host, five times per call to an idle sandbox). */
+static int parent_dir(const struct cage_cgroup *cg, int hi)
+{
+        static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+        static char base[sizeof(cg->base)];
+        static int fds[HIER_MAX] = {[0 ... HIER_MAX - 1] = -2}; /* -2: not tried */
+        pthread_mutex_lock(&lock);
+        if (!base[0])
+                memcpy(base, cg->base, sizeof(base));
+        int fd = -1;
+        if (strcmp(base, cg->base) == 0) {
+                if (fds[hi] == -2) {
+                        char path[512];
+                        int n = cg->backend == CGROUP_BACKEND_V1
+                                        ? snprintf(path, sizeof(path), "%s/%s/%s", base,
+                                                   hier_names[hi], PARENT_NAME)
+                                        : snprintf(path, sizeof(path), "%s", base);
+                        fds[hi] = n > 0 && (size_t)n < sizeof(path)
+                                          ? open(path, O_PATH | O_DIRECTORY | O_CLOEXEC)
+                                          : -1;
+                }
+                fd = fds[hi];
+        }
+        pthread_mutex_unlock(&lock);
+        return fd;
+}
+
+/* The group's directory in hierarchy hi, opened (by its whole path when
+ * the parent is not open, or was removed and made again); -errno. */
+static int open_dir(const struct cage_cgroup *cg, int hi)
+{
+        char path[512];
+        int parent = parent_dir(cg, hi);
+        int fd = parent >= 0 ? openat(parent, cg->name, O_PATH | O_DIRECTORY | O_CLOEXEC) : -1;
+        if (fd >= 0)
+                return fd;
+        int q = group_path(cg, hi, path, sizeof(path));
+        if (q < 0)
+                return q;
+        fd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+        return fd < 0 ? -errno : fd;
+}
+
 static int fail_at(const struct cage_cgroup *cg, int hi, struct cage_error *err, int r,
                    const char *what, const char *file)
 {
@@ -792,8 +839,9 @@ static int make_dir(struct cage_cgroup *cg, int hi, struct cage_error *err)
                 return 0;
         }
         cg->made[hi] = true;
-        cg->fd[hi] = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
-        return cg->fd[hi] < 0 ? cage_fail(err, -errno, "open %s", path) : 0;
+        int fd = open_dir(cg, hi);
+        cg->fd[hi] = fd < 0 ? -1 : fd;
+        return fd < 0 ? cage_fail(err, fd, "open %s", path) : 0;
 }
 
 static int create_v1(struct cage_cgroup *cg, const struct cgroup_host *host,
@@ -1277,13 +1325,11 @@ int cage_cgroup_unpark(struct cage_cgroup *cg)
                 return 0;
         int r = 0;
         for (int i = 0; i < HIER_MAX; i++) {
-                char path[512];
                 if (cg->parked_fd[i] != PARKED_OWN)
                         continue;
-                int q = group_path(cg, i, path, sizeof(path));
-                if (q == 0 && (cg->fd[i] = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
-                        q = -errno;
-                r = keep_first(r, q);
+                int fd = open_dir(cg, i);
+                cg->fd[i] = fd < 0 ? -1 : fd;
+                r = keep_first(r, fd < 0 ? fd : 0);
         }
         for (int i = 0; i < HIER_MAX; i++)
                 if (cg->parked_fd[i] >= 0)
