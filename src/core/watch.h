@@ -51,8 +51,8 @@ void watch_loop(struct watch *w, const struct watch_fd *extra, size_t n_extra,
                 bool (*done)(void *ctx), void *ctx);
 /* Once what runs was killed: reads the output pipes to their end (bounded;
  * not at all after the output stop), then whatever the extra fds already
- * hold. The extras here are pipes whose
- * handler reads one record and closes the fd at its end. */
+ * hold. The extras here are pipes whose handler reads one record and
+ * closes the fd at its end. */
 void watch_drain(struct watch *w, const struct watch_fd *extra, size_t n_extra, void *ctx);
 /* Adds codecage's own line to the program's stderr. */
 void watch_note(struct watch *w, const char *line);

@@ -921,6 +921,7 @@ class Stdio:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+            self.proc.wait()
         reader.join(5)
         err = self.proc.stderr.read().decode(errors="replace")
         said = b"".join(lines).decode(errors="replace")
