@@ -606,9 +606,8 @@ int cage_box_proc_usage(struct cage_box_proc *p, struct cage_box_usage *ret, boo
          * (one read of each file, not two); a failed one does not. */
         int q = cage_cgroup_memory_peak(cg, &ret->memory_bytes);
         bool box_peak = q == 0 && p->st.adopted;
-        struct cgroup_stats s;
-        if (q == -ENOENT && cage_cgroup_stats(cg, &s) == 0) /* v2 before 5.19: use now */
-                ret->memory_bytes = s.peak_memory_bytes;
+        if (q == -ENOENT) /* v2 before 5.19: no peak, the use now */
+                (void)cage_cgroup_memory_now(cg, &ret->memory_bytes);
         if (!ret->memory_bytes && !p->st.adopted)
                 ret->memory_bytes = box_peak_memory(p->st.box, &box_peak);
         if (with_oom)

@@ -1021,18 +1021,42 @@ static int keep_first(int first, int r)
         return first < 0 ? first : r < 0 ? r : 0;
 }
 
+int cage_cgroup_memory_now(struct cage_cgroup *cg, uint64_t *ret)
+{
+        *ret = 0;
+        if (cg->backend == CGROUP_BACKEND_V2)
+                return cg->has_memory ? read_counter(cg, cg->fd[HIER_UNIFIED], CTR_CURRENT, ret)
+                                      : -EOPNOTSUPP;
+        int fd = cg->backend == CGROUP_BACKEND_V1 ? cg->fd[HIER_MEMORY] : -1;
+        return fd >= 0 ? read_counter(cg, fd, CTR_MEM_USAGE, ret) : -EOPNOTSUPP;
+}
+
+int cage_cgroup_cpu_usage(struct cage_cgroup *cg, uint64_t *ret_ns)
+{
+        *ret_ns = 0;
+        if (cg->backend == CGROUP_BACKEND_V2) {
+                uint64_t usec = 0;
+                int r = read_keyed_at(cg->fd[HIER_UNIFIED], "cpu.stat", "usage_usec", &usec);
+                *ret_ns = usec * NSEC_PER_USEC;
+                return r;
+        }
+        if (cg->backend != CGROUP_BACKEND_V1 || cg->fd[HIER_CPUACCT] < 0)
+                return 0;
+        return read_counter(cg, cg->fd[HIER_CPUACCT], CTR_CPUACCT_USAGE, ret_ns);
+}
+
 static int stats_v2(struct cage_cgroup *cg, struct cgroup_stats *ret)
 {
         int fd = cg->fd[HIER_UNIFIED];
-        uint64_t usec = 0;
-        int r = read_keyed_at(fd, "cpu.stat", "usage_usec", &usec);
-        ret->cpu_usage_ns = usec * NSEC_PER_USEC;
+        int r = cage_cgroup_cpu_usage(cg, &ret->cpu_usage_ns);
         if (!cg->has_memory)
                 return r;
-        (void)read_counter(cg, fd, CTR_CURRENT, &ret->memory_bytes);
+        int now = cage_cgroup_memory_now(cg, &ret->memory_bytes);
         int q = read_counter(cg, fd, CTR_PEAK, &ret->peak_memory_bytes);
-        if (q == -ENOENT) /* before 5.19 */
-                q = read_counter(cg, fd, CTR_CURRENT, &ret->peak_memory_bytes);
+        if (q == -ENOENT) { /* before 5.19 */
+                ret->peak_memory_bytes = ret->memory_bytes;
+                q = now;
+        }
         r = keep_first(r, q);
         return keep_first(r, read_keyed_at(fd, "memory.events", "oom_kill", &ret->oom_kills));
 }
@@ -1069,13 +1093,11 @@ static uint64_t oom_kills_v1_tree(int dirfd, int depth)
 
 static int stats_v1(struct cage_cgroup *cg, struct cgroup_stats *ret)
 {
-        int r = 0;
-        if (cg->fd[HIER_CPUACCT] >= 0)
-                r = read_counter(cg, cg->fd[HIER_CPUACCT], CTR_CPUACCT_USAGE, &ret->cpu_usage_ns);
+        int r = cage_cgroup_cpu_usage(cg, &ret->cpu_usage_ns);
         int fd = cg->fd[HIER_MEMORY];
         if (fd < 0)
                 return r;
-        (void)read_counter(cg, fd, CTR_MEM_USAGE, &ret->memory_bytes);
+        (void)cage_cgroup_memory_now(cg, &ret->memory_bytes);
         r = keep_first(r, read_counter(cg, fd, CTR_MEM_PEAK, &ret->peak_memory_bytes));
         ret->oom_kills = oom_kills_v1_tree(fd, 0) +
                          __atomic_load_n(&cg->retired_oom_kills, __ATOMIC_RELAXED);
@@ -1101,20 +1123,6 @@ int cage_cgroup_memory_peak(struct cage_cgroup *cg, uint64_t *ret)
         if (memsw > *ret)
                 *ret = memsw;
         return 0;
-}
-
-int cage_cgroup_cpu_usage(struct cage_cgroup *cg, uint64_t *ret_ns)
-{
-        *ret_ns = 0;
-        if (cg->backend == CGROUP_BACKEND_V2) {
-                uint64_t usec = 0;
-                int r = read_keyed_at(cg->fd[HIER_UNIFIED], "cpu.stat", "usage_usec", &usec);
-                *ret_ns = usec * NSEC_PER_USEC;
-                return r;
-        }
-        if (cg->backend != CGROUP_BACKEND_V1 || cg->fd[HIER_CPUACCT] < 0)
-                return 0;
-        return read_counter(cg, cg->fd[HIER_CPUACCT], CTR_CPUACCT_USAGE, ret_ns);
 }
 
 int cage_cgroup_stats(struct cage_cgroup *cg, struct cgroup_stats *ret)

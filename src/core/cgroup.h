@@ -77,6 +77,9 @@ int cage_cgroup_stats(struct cage_cgroup *cg, struct cgroup_stats *ret);
  * the peak (cage_cgroup_stats() also reads memory now and the OOM kills,
  * which v1 counts over the subtree, a directory walk). */
 int cage_cgroup_cpu_usage(struct cage_cgroup *cg, uint64_t *ret_ns);
+/* The group's memory use now (v1 memory.usage_in_bytes, v2 memory.current);
+ * -EOPNOTSUPP without a memory controller. */
+int cage_cgroup_memory_now(struct cage_cgroup *cg, uint64_t *ret);
 /* The group's peak memory use since it was made (v1: the larger of
  * memory.max_usage_in_bytes and memory.memsw.max_usage_in_bytes, v2:
  * memory.peak, 5.19+). The group's OOM killer runs only once its use has
