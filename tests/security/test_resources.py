@@ -141,7 +141,9 @@ def test_output_flood_with_json_defaults_stops(cage):
 def test_output_flood_with_small_output_stop(cage):
     r = cage.probe_run("flood", "200", options=["--output-stop", "1000000"], timeout=60)
     assert r["status"] == "output_limit", r["reason"]
-    assert r["truncated"]["stdout"]["total"] < 2 * 2**20
+    # Reading stops at the read (at most 64 KiB) that crossed the stop,
+    # however fast the program writes.
+    assert r["truncated"]["stdout"]["total"] <= 1000000 + 65536, r["truncated"]
 
 
 def test_output_flood_plain_mode_is_truncated_with_marker(cage):
