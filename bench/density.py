@@ -20,6 +20,11 @@ Python session. Printed:
       writing 64 MiB it just mapped): on a VM whose host backs guest memory
       lazily it grows as memory fills, and every sandbox is made of fresh
       pages, so it bounds how flat creation can be there
+  the kernel's cost of a new memory cgroup at the start and at each block
+      (mkdir of throwaway groups beside the server's): it allocates room for
+      every memory-aware shrinker the kernel ever had, one per superblock
+      (each sandbox's mounts, its IPC namespace's mqueue), and that number
+      never falls until a reboot
 
 Usage (root): sudo bench/density.py [--n 4000] [--build build] [--block 500]
               [--baseline-n 200] [--data DIR] [--concurrency K]
@@ -192,6 +197,47 @@ def fresh_page_ns():
     out = subprocess.run([sys.executable, "-c", FRESH_PAGE_PROBE], capture_output=True,
                          text=True, check=True).stdout
     return float(out)
+
+
+def memory_cgroup_parent():
+    """Where a throwaway memory cgroup can be made: the v1 memory hierarchy,
+    or a v2 root that gives its children the memory controller."""
+    if os.path.isdir("/sys/fs/cgroup/memory"):
+        return "/sys/fs/cgroup/memory"
+    for root in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified"):
+        try:
+            with open(f"{root}/cgroup.subtree_control") as f:
+                if "memory" in f.read().split():
+                    return root
+        except OSError:
+            pass
+    return None
+
+
+def new_memory_cgroup_us(groups=20):
+    """The median time to make an empty memory cgroup, in µs (None without
+    one): what every sandbox's group costs the kernel before it holds
+    anything."""
+    parent = memory_cgroup_parent()
+    if not parent:
+        return None
+    base = f"{parent}/density-probe-{os.getpid()}"
+    times = []
+    os.mkdir(base)
+    try:
+        for i in range(groups):
+            t = time.perf_counter()
+            os.mkdir(f"{base}/g{i}")
+            times.append((time.perf_counter() - t) * 1e6)
+    finally:
+        for i in range(len(times)):
+            os.rmdir(f"{base}/g{i}")
+        os.rmdir(base)
+    return statistics.median(times)
+
+
+def microseconds(v):
+    return "n/a" if v is None else f"{v:.0f} µs"
 
 
 def settle():
@@ -417,8 +463,10 @@ def run(a, n, block, data, sock, srv, base, a0, u0, k0):
     print(f"server at start: {fd0} fds, {th0} threads; kept between sandboxes: "
           f"{len(kids0)} processes (the image's zygote template), {left0}")
 
+    memcg0 = new_memory_cgroup_us()
+    print(f"a new memory cgroup before the first sandbox: {microseconds(memcg0)}")
     names = []
-    rates, pages = [], []
+    rates, pages, memcgs = [], [], []
     t_block = time.monotonic()
     t_all = t_block
     checkpoints = sorted({64, 1000, n} & set(range(1, n + 1)))
@@ -485,9 +533,11 @@ def run(a, n, block, data, sock, srv, base, a0, u0, k0):
                 rates.append(block / (now - t_block))
                 t_probe = time.monotonic()
                 pages.append(fresh_page_ns())
+                memcgs.append(new_memory_cgroup_us())
                 t_all += time.monotonic() - t_probe  # not creation time
                 print(f"  {k:5d} live: last {block} at {rates[-1]:.1f}/s, server {fds(srv.pid)} fds "
-                      f"{threads(srv.pid)} threads; a fresh page {pages[-1]:.0f} ns", flush=True)
+                      f"{threads(srv.pid)} threads; a fresh page {pages[-1]:.0f} ns, "
+                      f"a new memory cgroup {microseconds(memcgs[-1])}", flush=True)
                 t_block = time.monotonic()
             if k in checkpoints:
                 t_pause = time.monotonic()
@@ -504,7 +554,8 @@ def run(a, n, block, data, sock, srv, base, a0, u0, k0):
         print(f"creation rate: first block {rates[0]:.1f}/s, last block {rates[-1]:.1f}/s "
               f"(ratio {rates[-1] / rates[0]:.2f}); the machine's fresh page: "
               f"{pages[0]:.0f} ns after the first block, {pages[-1]:.0f} ns after the last "
-              f"(ratio {pages[-1] / pages[0]:.2f})")
+              f"(ratio {pages[-1] / pages[0]:.2f}); a new memory cgroup: {microseconds(memcg0)} before "
+              f"the first sandbox, {microseconds(memcgs[-1])} after the last block")
     if k and k not in checkpoints:
         show_calls(k, *calls(k))
     fdk, thk = fds(srv.pid), threads(srv.pid)
