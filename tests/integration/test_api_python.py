@@ -627,10 +627,11 @@ def test_client_leaving_during_a_host_call_cancels_the_run(server, box):
     event, call = next(s.events())
     assert event == "host_call"
     s.close()
-    t0 = time.monotonic()
-    res = run(server, box, "kept")  # waits for the session the cancelled run held
+    # This run waits for the session the cancelled run held. Had the
+    # client's leaving not cancelled it, the host call would hold it for 10
+    # minutes, and run()'s 120 s read timeout fails the test.
+    res = run(server, box, "kept")
     assert res["return_value"] == "yes", res
-    assert time.monotonic() - t0 < 20
     assert answer(server, call["id"], {"value": 1}).status == 404
 
 
