@@ -216,24 +216,27 @@ def memory_cgroup_parent():
 
 def new_memory_cgroup_us(groups=20):
     """The median time to make an empty memory cgroup, in µs (None without
-    one): what every sandbox's group costs the kernel before it holds
-    anything."""
+    one, or when the kernel refuses one): what every sandbox's group costs
+    the kernel before it holds anything."""
     parent = memory_cgroup_parent()
     if not parent:
         return None
     base = f"{parent}/density-probe-{os.getpid()}"
     times = []
-    os.mkdir(base)
     try:
+        os.mkdir(base)
         for i in range(groups):
             t = time.perf_counter()
             os.mkdir(f"{base}/g{i}")
             times.append((time.perf_counter() - t) * 1e6)
+    except OSError as e:
+        print(f"density.py: no memory cgroup probe: {e}", file=sys.stderr)
     finally:
         for i in range(len(times)):
             os.rmdir(f"{base}/g{i}")
-        os.rmdir(base)
-    return statistics.median(times)
+        if os.path.isdir(base):
+            os.rmdir(base)
+    return statistics.median(times) if len(times) == groups else None
 
 
 def microseconds(v):
