@@ -386,6 +386,12 @@ TEST(v1_limits_stats_kill_destroy)
         CHECK(st.cpu_usage_ns < 10 * 1000000000ULL);
         CHECK(st.peak_memory_bytes >= 8 * MiB && st.peak_memory_bytes <= 64 * MiB);
         CHECK(st.oom_kills == 0);
+        /* The single readers a session call uses: the child still holds its
+         * 8 MiB, and CPU time only grows. */
+        uint64_t now = 0, cpu = 0;
+        CHECK(cage_cgroup_memory_now(cg, &now) == 0);
+        CHECK(now >= 8 * MiB && now <= 64 * MiB);
+        CHECK(cage_cgroup_cpu_usage(cg, &cpu) == 0 && cpu >= st.cpu_usage_ns);
 
         CHECK(cage_cgroup_kill(cg) == 0);
         char procs[256] = "x";
@@ -862,11 +868,17 @@ TEST(v2_attach_stats_kill_destroy)
         struct cgroup_stats st;
         CHECK(cage_cgroup_stats(cg, &st) == 0);
         CHECK(st.cpu_usage_ns >= 20 * 1000000ULL);
-        if (host.has_memory)
+        uint64_t now = 0, cpu = 0;
+        if (host.has_memory) {
                 CHECK(st.peak_memory_bytes >= 8 * MiB);
-        else
+                CHECK(cage_cgroup_memory_now(cg, &now) == 0);
+                CHECK(now >= 8 * MiB && now <= 64 * MiB);
+        } else {
                 CHECK(st.peak_memory_bytes == 0);
+                CHECK(cage_cgroup_memory_now(cg, &now) == -EOPNOTSUPP && now == 0);
+        }
         CHECK(st.oom_kills == 0);
+        CHECK(cage_cgroup_cpu_usage(cg, &cpu) == 0 && cpu >= st.cpu_usage_ns);
 
         CHECK(cage_cgroup_kill(cg) == 0);
         snprintf(path, sizeof(path), "%s/cgroup.events", dir);
