@@ -1,40 +1,49 @@
-/* The zygote's spawn, in C: runtime/python/codecage_zygote.py loads this
- * shared object (sent by the server as a sealed memfd) and calls
- * cz_spawn() for each sandbox it forks.
+/* The zygote's template loop and spawn, in C: runtime/python/codecage_zygote.py
+ * loads this shared object (sent by the server as a sealed memfd) and calls
+ * cz_serve() once, which serves the server's spawn requests
+ * (src/core/zygote_proto.h) until the server closes the control socket.
  *
- * cz_spawn() clones the child (B) straight into fresh user, mount, ipc, uts
- * and pid namespaces and returns its pid to the template. B never runs the
- * template's Python again: every step of docs/ARCHITECTURE.md's zygote fork
- * (its cgroup, fds, ids, network namespace, mounts, host name, loopback,
- * cgroup namespace, limits, setsid, rlimits, capabilities, no_new_privs,
- * seccomp) is a system call made from here, so B writes almost none of the
- * template's pages (each such write is a page copied for every sandbox).
- * B then forks the session driver (C) with the C library's own fork(), so
- * that C is an ordinary fork of a Python process: cz_spawn() returns 0 in C,
- * which goes on in Python (codecage_zygote.py's run_driver()); and B execs
+ * The loop runs no Python: after every fork each page the template writes is
+ * copied while any child still shares it, so it only receives a request,
+ * clones, writes the child's id maps and reaps, on its own stack.
+ *
+ * Each spawn clones the child (B) straight into fresh user, mount, ipc, uts
+ * and pid namespaces. B never runs the template's Python again: every step
+ * of docs/ARCHITECTURE.md's zygote fork (its cgroup, fds, ids, network
+ * namespace, mounts, host name, loopback, cgroup namespace, limits, setsid,
+ * rlimits, capabilities, no_new_privs, seccomp) is a system call made from
+ * here, so B writes almost none of the template's pages. B then forks the
+ * session driver (C) with the C library's own fork(), so that C is an
+ * ordinary fork of a Python process: cz_serve() returns 0 in C, which goes
+ * on in Python (codecage_zygote.py's run_driver()); and B execs
  * codecage-init, pid 1 of the sandbox.
  *
  * No C library: this object runs inside any image's Python, so it calls the
  * kernel itself (raw_syscall.h) and is linked with -nostdlib -z defs (a
- * stray memcpy or strlen fails the build, not a sandbox start). The
- * structures below are mirrored by ctypes in codecage_zygote.py. */
+ * stray memcpy or strlen fails the build, not a sandbox start). struct
+ * cz_template and struct cz_served are mirrored by ctypes in
+ * codecage_zygote.py. */
 #include <asm/unistd.h>
 #include <linux/capability.h>
 #include <linux/errno.h>
 #include <linux/fcntl.h>
 #include <linux/filter.h>
 #include <linux/mount.h>
+#include <linux/poll.h>
 #include <linux/prctl.h>
 #include <linux/sched.h>
 #include <linux/seccomp.h>
+#include <linux/signalfd.h>
 #include <linux/sockios.h>
 #include <linux/stat.h>
+#include <linux/uio.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/zygote_proto.h"
 #include "raw_syscall.h"
 
-#define CZ_ABI 1
+#define CZ_ABI 2
 
 /* Protections the server's unsafe debug build switched off (zygote.c). */
 #define CZ_NO_CAPS    1u
@@ -52,21 +61,22 @@ struct cz_template {
         int (*fork)(void); /* the C library's, so the driver is a proper fork */
 };
 
-struct cz_rlimit {
-        uint32_t resource, pad;
-        uint64_t soft, hard;
+/* What the driver takes of its request: filled in the driver only. */
+struct cz_served {
+        uint64_t rlimit_as;
+        char workdir[ZYGOTE_WORKDIR_MAX];
 };
 
-/* One spawn request. fds: stdout, stderr, channel, sync, ctl, status, init,
- * env, the pipe of the id maps, and the workspace when it has one; they
- * become the child's 1..n_fds (FD_* below). */
+/* One spawn: the request's fds, then the pipe of the id maps and the
+ * workspace when it has one; they become the child's 1..n_fds (FD_* below). */
 struct cz_spawn {
         const int *fds;
         uint32_t n_fds;
         uint32_t workspace;
         const char *scratch_opts;
-        const struct cz_rlimit *rlimits;
+        const struct zygote_rlimit *rlimits;
         uint32_t n_rlimits;
+        uint64_t sigmask; /* the template's before cz_serve(): B's and the driver's */
 };
 
 enum {
@@ -82,6 +92,8 @@ enum {
         FD_WORKSPACE,
         FD_MAX = FD_WORKSPACE,
 };
+_Static_assert(FD_ENV == ZYGOTE_FD_ENV + 1 && FD_MAPPED == ZYGOTE_CHILD_FDS + 1,
+               "the request's fds come first, in zygote_proto.h's order");
 /* codecage-init's fds (src/core/box_proto.h): BOX_CTL_FD, BOX_ADOPTED_STATUS_FD. */
 enum { INIT_CTL_FD = 3, INIT_STATUS_FD = 4, INIT_IMAGE_FD = 5 };
 
@@ -90,6 +102,14 @@ enum { INIT_CTL_FD = 3, INIT_STATUS_FD = 4, INIT_IMAGE_FD = 5 };
 #define S_TYPE_MASK     0170000
 #define S_TYPE_DIR      0040000
 #define SIGCHLD_NR      17
+#define SIG_BLOCK_NR    0
+#define SIG_SETMASK_NR  2
+#define WNOHANG_NR      1
+#define SOL_SOCKET_NR   1
+#define SCM_RIGHTS_NR   1
+#define MSG_CTRUNC_NR   0x8
+#define MSG_TRUNC_NR    0x20
+#define MSG_CLOEXEC_NR  0x40000000 /* MSG_CMSG_CLOEXEC */
 #define AF_INET_NR      2
 #define SOCK_DGRAM_NR   2
 #define SOCK_CLOEXEC_NR 02000000
@@ -452,6 +472,8 @@ static void sigchld_default(void)
 static void child_b(const struct cz_template *t, const struct cz_spawn *s)
 {
         sigchld_default();
+        /* The template blocks SIGCHLD for its signalfd; we and the driver do not. */
+        raw_syscall4(__NR_rt_sigprocmask, SIG_SETMASK_NR, &s->sigmask, NULL, 8);
         /* Into our own cgroup before anything else: the pages we write from
          * here on, and all we make (namespaces, mounts), are charged to
          * this sandbox, not to the template. */
@@ -477,18 +499,8 @@ static void child_b(const struct cz_template *t, const struct cz_spawn *s)
         exec_init(pid);
 }
 
-#define EXPORT __attribute__((visibility("default")))
-EXPORT int cz_abi(void);
-EXPORT long cz_spawn(const struct cz_template *t, const struct cz_spawn *s);
-
-/* The version of these structures; the template checks it first. */
-EXPORT int cz_abi(void)
-{
-        return CZ_ABI;
-}
-
 /* In the template: B's pid, or -errno. In the driver: 0. B never returns. */
-EXPORT long cz_spawn(const struct cz_template *t, const struct cz_spawn *s)
+static long spawn(const struct cz_template *t, const struct cz_spawn *s)
 {
         struct clone_args args = {
                 .flags = CLONE_NS_FLAGS,
@@ -499,4 +511,226 @@ EXPORT long cz_spawn(const struct cz_template *t, const struct cz_spawn *s)
                 return pid;
         child_b(t, s);
         return 0;
+}
+
+/* ---- the template's loop ---- */
+
+/* The C library's struct msghdr and struct cmsghdr, as the kernel reads them. */
+struct cz_msghdr {
+        void *name;
+        uint32_t namelen, pad;
+        struct iovec *iov;
+        unsigned long iovlen;
+        void *control;
+        unsigned long controllen;
+        uint32_t flags, pad2;
+};
+
+struct cz_cmsghdr {
+        unsigned long len;
+        int level, type;
+};
+
+#define FDS_MAX (ZYGOTE_CHILD_FDS + 1)
+
+struct received {
+        struct zygote_spawn_request req;
+        int fds[FDS_MAX];
+        uint32_t n_fds;
+};
+
+static void close_all(const int *fds, uint32_t n)
+{
+        for (uint32_t i = 0; i < n; i++)
+                raw_syscall1(__NR_close, fds[i]);
+}
+
+/* One message: 1 with a request, 0 when the server closed the socket,
+ * -EAGAIN for nothing to read, -EINVAL for a message we do not serve (its fds
+ * closed), or another -errno. */
+static long receive(int ctl, struct received *in)
+{
+        union {
+                struct cz_cmsghdr hdr;
+                char bytes[sizeof(struct cz_cmsghdr) + FDS_MAX * sizeof(int) + 8];
+        } control;
+        struct iovec iov = {.iov_base = &in->req, .iov_len = sizeof(in->req)};
+        struct cz_msghdr mh = {.iov = &iov,
+                               .iovlen = 1,
+                               .control = control.bytes,
+                               .controllen = sizeof(control.bytes)};
+        long n = raw_syscall3(__NR_recvmsg, ctl, &mh, MSG_CLOEXEC_NR);
+        if (n <= 0)
+                return n;
+        in->n_fds = 0;
+        if (mh.controllen >= sizeof(struct cz_cmsghdr) && control.hdr.level == SOL_SOCKET_NR &&
+            control.hdr.type == SCM_RIGHTS_NR && control.hdr.len >= sizeof(struct cz_cmsghdr)) {
+                unsigned long count = (control.hdr.len - sizeof(struct cz_cmsghdr)) / sizeof(int);
+                const int *fds = (const int *)(control.bytes + sizeof(struct cz_cmsghdr));
+                for (unsigned long i = 0; i < count && i < FDS_MAX; i++)
+                        in->fds[in->n_fds++] = fds[i];
+        }
+        const struct zygote_spawn_request *r = &in->req;
+        int ok = n == (long)sizeof(*r) && !(mh.flags & (MSG_TRUNC_NR | MSG_CTRUNC_NR)) &&
+                 r->magic == ZYGOTE_SPAWN_MAGIC && r->workspace <= 1 &&
+                 in->n_fds == ZYGOTE_CHILD_FDS + r->workspace &&
+                 r->n_rlimits <= ZYGOTE_RLIMITS_MAX &&
+                 r->scratch_opts[ZYGOTE_SCRATCH_MAX - 1] == '\0' &&
+                 r->workdir[ZYGOTE_WORKDIR_MAX - 1] == '\0';
+        if (!ok) {
+                close_all(in->fds, in->n_fds);
+                return -EINVAL;
+        }
+        return 1;
+}
+
+static long write_text(const char *path, const char *text)
+{
+        long fd = raw_syscall4(__NR_openat, AT_FDCWD, path, O_WRONLY | O_CLOEXEC, 0);
+        if (fd < 0)
+                return fd;
+        long len = (long)cz_strlen(text);
+        long n = raw_syscall3(__NR_write, fd, text, len);
+        raw_syscall1(__NR_close, fd);
+        return n == len ? 0 : (n < 0 ? n : -EIO);
+}
+
+/* "/proc/<pid>/<name>", in buf. */
+static const char *child_file(char *buf, size_t size, long pid, const char *name)
+{
+        char *pos = append_uint(append(buf, buf + size, "/proc/"), buf + size, (unsigned long)pid);
+        append(append(pos, buf + size, "/"), buf + size, name);
+        return buf;
+}
+
+/* "<inside> <outside> 1\n", in buf. */
+static const char *id_map(char *buf, size_t size, uint32_t inside, uint32_t outside)
+{
+        char *pos = append_uint(buf, buf + size, inside);
+        pos = append_uint(append(pos, buf + size, " "), buf + size, outside);
+        append(pos, buf + size, " 1\n");
+        return buf;
+}
+
+/* Our user namespace maps the host's uid slots to themselves, so host ids
+ * are ours to hand out (0 is our own); setgroups is denied for good. */
+static long write_maps(const struct cz_template *t, long pid, uint32_t uid, uint32_t gid)
+{
+        char path[64], map[64];
+        long r = write_text(child_file(path, sizeof(path), pid, "uid_map"),
+                            id_map(map, sizeof(map), t->uid, uid));
+        if (r == 0)
+                r = write_text(child_file(path, sizeof(path), pid, "setgroups"), "deny");
+        if (r == 0)
+                r = write_text(child_file(path, sizeof(path), pid, "gid_map"),
+                               id_map(map, sizeof(map), t->gid, gid));
+        return r;
+}
+
+/* One child: B's pid in the template (or -errno: the server times out
+ * waiting for it), 0 in the driver. The request's fds stay the caller's. */
+static long serve_spawn(const struct cz_template *t, const struct received *in, uint64_t sigmask)
+{
+        const struct zygote_spawn_request *r = &in->req;
+        int mapped[2];
+        long e = raw_syscall2(__NR_pipe2, mapped, O_CLOEXEC);
+        if (e < 0)
+                return e;
+        int fds[FDS_MAX + 1];
+        uint32_t n = 0;
+        for (; n < ZYGOTE_CHILD_FDS; n++)
+                fds[n] = in->fds[n];
+        fds[n++] = mapped[0];
+        if (r->workspace)
+                fds[n++] = in->fds[ZYGOTE_CHILD_FDS];
+        struct cz_spawn s = {fds,          n,      r->workspace, r->scratch_opts, r->rlimits,
+                             r->n_rlimits, sigmask};
+        long pid = spawn(t, &s);
+        if (pid == 0)
+                return 0;
+        raw_syscall1(__NR_close, mapped[0]);
+        if (pid > 0) {
+                uint32_t uid = r->shared ? 0 : r->host_uid, gid = r->shared ? 0 : r->host_gid;
+                if (write_maps(t, pid, uid, gid) == 0)
+                        write_byte(mapped[1], 'm');
+        }
+        raw_syscall1(__NR_close, mapped[1]); /* without its maps the child exits */
+        return pid;
+}
+
+/* Our children are pid 1 of the sandboxes we made: reap those that ended. */
+static void reap(int sigfd)
+{
+        struct signalfd_siginfo info[4];
+        while (raw_syscall3(__NR_read, sigfd, info, sizeof(info)) > 0)
+                ;
+        while (raw_syscall4(__NR_wait4, -1, NULL, WNOHANG_NR, NULL) > 0)
+                ;
+}
+
+static void copy_str(char *dst, const char *src, size_t size)
+{
+        append(dst, dst + size, src);
+}
+
+/* Requests on ctl until the server closes it, each child's end reaped as it
+ * comes (a signalfd; SIGCHLD blocked here, restored in every child). */
+static long serve_loop(const struct cz_template *t, int ctl, int sigfd, uint64_t sigmask,
+                       struct cz_served *out)
+{
+        struct received in;
+        for (;;) {
+                struct pollfd p[2] = {{.fd = ctl, .events = POLLIN},
+                                      {.fd = sigfd, .events = POLLIN}};
+                long r = raw_syscall5(__NR_ppoll, p, 2, NULL, NULL, 8);
+                if (r < 0 && r != -EINTR)
+                        return r;
+                if (r > 0 && p[1].revents)
+                        reap(sigfd);
+                if (r <= 0 || !p[0].revents)
+                        continue;
+                r = receive(ctl, &in);
+                if (r == 0)
+                        return 1;
+                if (r == -EAGAIN || r == -EINTR || r == -EINVAL)
+                        continue;
+                if (r < 0)
+                        return r;
+                if (serve_spawn(t, &in, sigmask) == 0) {
+                        out->rlimit_as = in.req.rlimit_as;
+                        copy_str(out->workdir, in.req.workdir, sizeof(out->workdir));
+                        return 0;
+                }
+                close_all(in.fds, in.n_fds);
+        }
+}
+
+#define EXPORT __attribute__((visibility("default")))
+EXPORT int cz_abi(void);
+EXPORT long cz_serve(const struct cz_template *t, int ctl, struct cz_served *out);
+
+/* The version of these structures; the template checks it first. */
+EXPORT int cz_abi(void)
+{
+        return CZ_ABI;
+}
+
+/* In the template: 1 once the server closed ctl, or -errno. In a driver: 0,
+ * with what it takes of its request in *out. */
+EXPORT long cz_serve(const struct cz_template *t, int ctl, struct cz_served *out)
+{
+        uint64_t chld = 1ull << (SIGCHLD_NR - 1), before = 0;
+        long r = raw_syscall4(__NR_rt_sigprocmask, SIG_BLOCK_NR, &chld, &before, 8);
+        if (r < 0)
+                return r;
+        long sigfd = raw_syscall4(__NR_signalfd4, -1, &chld, 8, SFD_NONBLOCK | SFD_CLOEXEC);
+        if (sigfd < 0)
+                return sigfd;
+        reap((int)sigfd); /* a child that ended before the mask */
+        r = serve_loop(t, ctl, (int)sigfd, before, out);
+        if (r != 0) {
+                raw_syscall1(__NR_close, sigfd);
+                raw_syscall4(__NR_rt_sigprocmask, SIG_SETMASK_NR, &before, NULL, 8);
+        }
+        return r;
 }

@@ -6,19 +6,25 @@ The server starts it as `python3 -I -c <this text> <driver source>` in a
 template sandbox: a sandbox like any other, except that its user namespace
 maps the range of per-sandbox host uids and that it keeps its capabilities
 there (no seccomp yet) so it can make namespaces and write id maps. It never
-runs code it was sent: it reads requests from fd 3 (SOCK_SEQPACKET, one
+runs code it was sent: it reads messages from fd 3 (SOCK_SEQPACKET, one
 message each) and answers nothing but "ready" or "error".
 
   hello (JSON + fds,   uid, gid, the /proc masks, the seccomp programs
          once)        (hex); fds: the spawn object (runtime/zygote_child.c)
                       and the session driver's bytecode, each a sealed
                       memfd this process reads and closes before any spawn
-  spawn (JSON + fds)  host_uid, host_gid and the sandbox's own: workdir,
-                      scratch tmpfs options, rlimits; fds stdout, stderr,
-                      channel, sync, ctl, status, the codecage-init image,
-                      the environment (a sealed memfd only the child
-                      reads), and the workspace (a detached mount) when it
-                      has one
+  spawn (a C struct   src/core/zygote_proto.h: host_uid, host_gid and the
+         + fds)       sandbox's own workdir, scratch tmpfs options, rlimits;
+                      fds stdout, stderr, channel, sync, ctl, status, the
+                      codecage-init image, the environment (a sealed memfd
+                      only the child reads), and the workspace (a detached
+                      mount) when it has one
+
+After the hello this interpreter runs no more Python: the spawn object's
+cz_serve() reads the spawn requests, clones, writes each child's id maps and
+reaps, in C. After every fork a page the template writes is copied for as
+long as any live child shares it; the Python loop this replaced wrote ~200
+pages per spawn.
 
 Each spawn is one clone(2) straight into fresh user, mount, ipc, uts and
 pid namespaces, made by the spawn object the hello carries
@@ -54,25 +60,21 @@ import json
 import os
 import random
 import resource
-import select
-import signal
 import socket
 import struct
 import sys
 import types
 
 CTL_FD = 3
-CHILD_FDS = ("stdout", "stderr", "channel", "sync", "ctl", "status", "init", "env")
-# Where a child keeps them, in this order from fd 1; then the pipe of its id
-# maps and the workspace's detached mount, if it has one (zygote_child.c).
+# Where a child keeps its environment's memfd (zygote_proto.h's ZYGOTE_FD_ENV + 1).
 FD_ENV = 8
-SPAWN_MAX = 1 << 16  # a spawn request
+WORKDIR_MAX = 4096  # ZYGOTE_WORKDIR_MAX
 ENV_MAX = 1 << 20  # the sandbox's environment (the server's bound is lower)
 DRIVER_MAX = 1 << 22  # the driver's bytecode
 PROC_NAME_MAX = 200  # a /proc entry's name (zygote_child.c's paths are 256 bytes)
 
 PR_SET_DUMPABLE = 4
-CZ_ABI = 1  # zygote_child.c's structures
+CZ_ABI = 2  # zygote_child.c's structures
 # Protections the server's unsafe debug build switched off (zygote_child.c).
 CZ_FLAGS = (("zygote-caps", 1), ("zygote-seccomp", 2), ("zygote-limits", 4))
 
@@ -97,14 +99,9 @@ try:  # what a zygote needs of this Python; main() says what is missing
                     ("proc_readonly", ctypes.c_char_p), ("proc_hidden", ctypes.c_char_p),
                     ("fork", ctypes.c_void_p)]
 
-    class CzRlimit(ctypes.Structure):
-        _fields_ = [("resource", ctypes.c_uint32), ("pad", ctypes.c_uint32),
-                    ("soft", ctypes.c_uint64), ("hard", ctypes.c_uint64)]
-
-    class CzSpawn(ctypes.Structure):
-        _fields_ = [("fds", ctypes.c_void_p), ("n_fds", ctypes.c_uint32),
-                    ("workspace", ctypes.c_uint32), ("scratch_opts", ctypes.c_char_p),
-                    ("rlimits", ctypes.c_void_p), ("n_rlimits", ctypes.c_uint32)]
+    class CzServed(ctypes.Structure):
+        """What a driver takes of its spawn request."""
+        _fields_ = [("rlimit_as", ctypes.c_uint64), ("workdir", ctypes.c_char * WORKDIR_MAX)]
 
     NATIVE_ERROR = None
 except Exception as e:
@@ -113,7 +110,7 @@ except Exception as e:
 
 def load_spawn(fd):
     """The spawn object (a sealed memfd of the server's), loaded so that
-    calls into it keep the GIL: the driver comes back from cz_spawn() as
+    calls into it keep the GIL: a driver comes back from cz_serve() as
     from os.fork()."""
     try:
         lib = ctypes.PyDLL("/proc/self/fd/%d" % fd)
@@ -121,8 +118,8 @@ def load_spawn(fd):
         os.close(fd)
     if lib.cz_abi() != CZ_ABI:
         raise RuntimeError("the spawn object is of another version")
-    lib.cz_spawn.restype = ctypes.c_long
-    lib.cz_spawn.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    lib.cz_serve.restype = ctypes.c_long
+    lib.cz_serve.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
     return lib
 
 
@@ -173,99 +170,24 @@ class Template:
             name_list(str(p) for p in hello["proc_masked"]),
             name_list(str(p) for p in hello["proc_readonly"]),
             name_list(str(p) for p in hello["proc_hidden"]), LIBC_FORK)
-        self.child_ended = False
-
-    def on_child(self, *_):
-        self.child_ended = True
 
     def serve(self, driver):
-        # A sandbox's end wakes us to reap its pid 1 (no zombie waits for
-        # the next spawn); one that ends while a spawn has the wakeup fd
-        # off is seen by the handler's flag.
-        wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        signal.signal(signal.SIGCHLD, self.on_child)
-        signal.set_wakeup_fd(self.wake_w)
-        while True:
-            ready = select.select([self.ctl, wake_r], [], [], 0 if self.child_ended else None)[0]
-            if wake_r in ready or self.child_ended:
-                # Only then: each wait scans every child we have.
-                self.child_ended = False
-                drain(wake_r)
-                self.reap()
-            if self.ctl not in ready:
-                continue
-            msg, anc, flags, _ = self.ctl.recvmsg(SPAWN_MAX, socket.CMSG_SPACE(4 * 10))
-            if not msg:
-                return
-            fds = received_fds(anc)
-            try:
-                req = json.loads(msg)
-                sandbox = Sandbox(req)
-                want = len(CHILD_FDS) + (1 if sandbox.workspace else 0)
-                if (req.get("op") == "spawn" and len(fds) == want
-                        and not flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC)):
-                    ids = (0, 0) if req.get("shared") else (int(req["host_uid"]), int(req["host_gid"]))
-                    self.spawn(ids[0], ids[1], fds, sandbox, driver)
-            except (ValueError, KeyError, TypeError):
-                pass  # a request we cannot read: the server times out waiting for it
-            finally:
-                for fd in fds:
-                    os.close(fd)
-
-    def spawn(self, host_uid, host_gid, fds, sandbox, driver):
-        """One clone straight into the new namespaces (zygote_child.c): the
-        child is pid 1 of its pid namespace and waits until we wrote its id
-        maps. The driver it forks comes back here, as from os.fork()."""
-        mapped_r, mapped_w = os.pipe()
-        request, keep = sandbox.native(fds[: len(CHILD_FDS)] + [mapped_r] + fds[len(CHILD_FDS):])
+        """The spawn object's loop, until the server closes the socket:
+        every driver comes back from it here, as from os.fork(), and runs
+        the session in its sandbox."""
         sys.stdout.flush()
         sys.stderr.flush()
-        # The child runs none of our signal handlers' writes to the wakeup fd.
-        signal.set_wakeup_fd(-1)
         before_fork()
-        pid = self.spawn_lib.cz_spawn(ctypes.byref(self.native), ctypes.byref(request))
-        if pid == 0:
+        served = CzServed()
+        r = self.spawn_lib.cz_serve(ctypes.byref(self.native), self.ctl.fileno(),
+                                    ctypes.byref(served))
+        if r == 0:
             after_fork_child()
             self.ctl.detach()  # the object must never close what became another fd
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            run_driver(self, sandbox, driver)
+            run_driver(self, served, driver)
         after_fork_parent()
-        signal.set_wakeup_fd(self.wake_w)
-        del keep
-        os.close(mapped_r)
-        try:
-            if pid < 0:
-                return  # the server times out waiting for the child
-            self.write_maps(pid, host_uid, host_gid)
-            os.write(mapped_w, b"m")
-        except OSError:
-            pass  # the child exits without its maps; the server sees it go
-        finally:
-            os.close(mapped_w)
-
-    @staticmethod
-    def reap():
-        """Our children are pid 1 of the sandboxes we made: reap those
-        that ended (one call per ended sandbox, however many live)."""
-        while True:
-            try:
-                if os.waitpid(-1, os.WNOHANG)[0] == 0:
-                    return
-            except ChildProcessError:
-                return
-
-    def write_maps(self, pid, host_uid, host_gid):
-        # Our user namespace maps the host's uid slots to themselves, so
-        # host ids are ours to hand out (0 is our own); setgroups is denied
-        # for good.
-        for name, text in (("uid_map", "%d %d 1\n" % (self.uid, host_uid)),
-                           ("setgroups", "deny"),
-                           ("gid_map", "%d %d 1\n" % (self.gid, host_gid))):
-            fd = os.open("/proc/%d/%s" % (pid, name), os.O_WRONLY | os.O_CLOEXEC)
-            try:
-                os.write(fd, text.encode())
-            finally:
-                os.close(fd)
+        if r < 0:
+            raise OSError(-r, os.strerror(-r))
 
 
 def received_fds(anc):
@@ -276,47 +198,14 @@ def received_fds(anc):
     return fds
 
 
-def drain(fd):
-    try:
-        while os.read(fd, 256):
-            pass
-    except BlockingIOError:
-        pass
-
-
-# ---- a new sandbox ----
-
-
-class Sandbox:
-    """What one spawn request says of its sandbox (the server's plan)."""
-
-    def __init__(self, req):
-        self.workdir = str(req["workdir"])
-        self.scratch = str(req["scratch_opts"])
-        self.rlimits = [tuple(int(v) for v in r) for r in req["rlimits"]]
-        self.rlimit_as = int(req.get("rlimit_as", 0))
-        self.workspace = bool(req.get("workspace", False))
-
-    def native(self, fds):
-        """zygote_child.c's request, and what must outlive the call."""
-        fd_array = (ctypes.c_int * len(fds))(*fds)
-        limits = (CzRlimit * len(self.rlimits))(
-            *[CzRlimit(res, 0, soft & (2**64 - 1), hard & (2**64 - 1))
-              for res, soft, hard in self.rlimits])
-        request = CzSpawn(ctypes.cast(fd_array, ctypes.c_void_p), len(fds), int(self.workspace),
-                          self.scratch.encode(), ctypes.cast(limits, ctypes.c_void_p),
-                          len(self.rlimits))
-        return request, (fd_array, limits)
-
-
-def run_driver(t, s, driver):
+def run_driver(t, served, driver):
     try:
         os.setsid()
         # The driver's /proc/self is its own to read, as after an exec.
         libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
-        if s.rlimit_as:
-            resource.setrlimit(resource.RLIMIT_AS, (s.rlimit_as, s.rlimit_as))
-        os.chdir(s.workdir)
+        if served.rlimit_as:
+            resource.setrlimit(resource.RLIMIT_AS, (served.rlimit_as, served.rlimit_as))
+        os.chdir(os.fsdecode(served.workdir))
         # The sandbox's environment, not the template's.
         os.environ.clear()
         os.environ.update(read_env())

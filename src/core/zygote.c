@@ -47,15 +47,15 @@
 #include "util/clock.h"
 #include "util/error.h"
 #include "util/fdutil.h"
+#include "zygote_proto.h"
 
 extern const char cage_zygote_source[];
 extern const char cage_zygote_source_end[];
 
 #define ZYGOTE_START_MS 10000 /* the template's python3 loads the driver */
 #define ZYGOTE_FORK_MS  10000 /* a fork: namespaces, mounts */
-/* What runtime/python/codecage_zygote.py reads at most (SPAWN_MAX, ENV_MAX). */
-#define ZYGOTE_SPAWN_MAX (64 * 1024)
-#define ZYGOTE_ENV_MAX   (1024 * 1024)
+/* What runtime/python/codecage_zygote.py reads at most (ENV_MAX). */
+#define ZYGOTE_ENV_MAX (1024 * 1024)
 
 /* Protections the unsafe debug build can switch off (CODECAGE_DEBUG_DISABLE
  * naming "zygote-uid": every child shares the template's host uid;
@@ -118,17 +118,6 @@ static json_t *string_array(const char *const *v, size_t n)
         json_t *a = json_array();
         for (size_t i = 0; a && i < n; i++)
                 json_array_append_new(a, json_string(v[i]));
-        return a;
-}
-
-static json_t *rlimits_json(const struct launch_plan *plan)
-{
-        struct rlimit_setting set[RLIMITS_MAX];
-        size_t n = rlimits_list(plan, set);
-        json_t *a = json_array();
-        for (size_t i = 0; a && i < n; i++)
-                json_array_append_new(a, json_pack("[i, I, I]", set[i].resource,
-                                                   (json_int_t)set[i].cur, (json_int_t)set[i].max));
         return a;
 }
 
@@ -312,6 +301,8 @@ int cage_zygote_start(const struct cage_spec *spec, const struct cage_zygote_dri
 
 enum { C_OUT, C_ERR, C_CHAN, C_SYNC, C_CTL, C_STATUS, C_INIT, C_ENV, C_WORKSPACE, C_COUNT };
 _Static_assert(C_COUNT <= FD_SEND_MAX, "a spawn request's fds go in one fd_send()");
+_Static_assert((int)C_ENV == (int)ZYGOTE_FD_ENV && (int)C_WORKSPACE == (int)ZYGOTE_CHILD_FDS,
+               "the fds in zygote_proto.h's order");
 
 struct fork_fds {
         int child[C_COUNT]; /* what the zygote hands to the child (C_WORKSPACE: -1 without) */
@@ -409,31 +400,40 @@ static int open_workspace(const struct cage_spec *spec, const struct id_slot *sl
 }
 
 /* What this child applies of its own spec: from the same plan a launch
- * builds (environment, rlimits, scratch size, working directory). */
-static char *spawn_text(const struct launch_plan *plan, const struct launcher *l,
-                        const struct id_slot *ids, bool shared, struct cage_error *err)
+ * builds (rlimits, scratch size, working directory; its environment goes in
+ * its own memfd). */
+static int spawn_request(const struct launch_plan *plan, const struct launcher *l,
+                         const struct id_slot *ids, bool shared, struct zygote_spawn_request *req,
+                         struct cage_error *err)
 {
         const struct cage_spec *spec = plan->spec;
         bool rlimit_as = l->cg_host.backend == CGROUP_BACKEND_NONE || !l->cg_host.has_memory;
-        json_auto_t *o = json_pack(
-                "{s:s, s:I, s:I, s:b, s:s, s:s, s:o, s:I, s:b}", "op", "spawn", "host_uid",
-                (json_int_t)ids->host_uid, "host_gid", (json_int_t)ids->host_gid, "shared", shared,
-                "workdir", spec->workdir, "scratch_opts", plan->scratch_opts, "rlimits",
-                rlimits_json(plan), "rlimit_as", (json_int_t)(rlimit_as ? spec->memory_bytes : 0),
-                "workspace", spec->n_mounts > 0);
-        char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
-        if (!text) {
-                cage_fail(err, -ENOMEM, "zygote");
-        } else if (strlen(text) > ZYGOTE_SPAWN_MAX) {
-                free(text);
-                text = NULL;
-                cage_fail_plain(err, -E2BIG, "zygote: the spawn request is too large");
-        }
-        return text;
+        struct rlimit_setting set[RLIMITS_MAX];
+        size_t n = rlimits_list(plan, set);
+        _Static_assert(RLIMITS_MAX <= ZYGOTE_RLIMITS_MAX, "every rlimit fits a spawn request");
+        _Static_assert(sizeof(plan->scratch_opts) <= ZYGOTE_SCRATCH_MAX, "so do the options");
+        if (strlen(spec->workdir) >= sizeof(req->workdir))
+                return cage_fail_plain(err, -E2BIG, "zygote: the working directory is too long");
+        *req = (struct zygote_spawn_request){
+                .magic = ZYGOTE_SPAWN_MAGIC,
+                .host_uid = ids->host_uid,
+                .host_gid = ids->host_gid,
+                .shared = shared,
+                .workspace = spec->n_mounts > 0,
+                .n_rlimits = (uint32_t)n,
+                .rlimit_as = rlimit_as ? spec->memory_bytes : 0,
+        };
+        for (size_t i = 0; i < n; i++)
+                req->rlimits[i] = (struct zygote_rlimit){.resource = (uint32_t)set[i].resource,
+                                                         .soft = set[i].cur,
+                                                         .hard = set[i].max};
+        snprintf(req->scratch_opts, sizeof(req->scratch_opts), "%s", plan->scratch_opts);
+        snprintf(req->workdir, sizeof(req->workdir), "%s", spec->workdir);
+        return 0;
 }
 
-static int send_spawn(struct cage_zygote *z, const char *text, struct fork_fds *f,
-                      struct cage_error *err)
+static int send_spawn(struct cage_zygote *z, const struct zygote_spawn_request *req,
+                      struct fork_fds *f, struct cage_error *err)
 {
         int fds[C_COUNT];
         size_t n = 0;
@@ -441,7 +441,7 @@ static int send_spawn(struct cage_zygote *z, const char *text, struct fork_fds *
                 if (f->child[i] >= 0)
                         fds[n++] = f->child[i];
         pthread_mutex_lock(&z->lock);
-        ssize_t sent = z->dead ? -ESRCH : fd_send(z->ctl, text, strlen(text), fds, n);
+        ssize_t sent = z->dead ? -ESRCH : fd_send(z->ctl, req, sizeof(*req), fds, n);
         bool too_large = sent == -EMSGSIZE || sent == -ENOBUFS;
         if (sent < 0 && !too_large)
                 z->dead = true;
@@ -551,14 +551,14 @@ static int spawn_child(struct cage_zygote *z, struct launcher *l, struct launch_
                        struct fork_fds *f, pid_t *pid, struct cage_error *err)
 {
         const struct id_slot *ids = strstr(debug_disable(), "zygote-uid") ? &z->shared : &l->slot;
-        _cleanup_free_ char *text = NULL;
+        struct zygote_spawn_request req;
         int r = cage_id_slot_acquire(&l->slot, err);
         if (r == 0)
                 r = launch_detect_cgroups(&l->cg_host, err);
         if (r == 0)
                 r = plan_build_process(plan, l->spec, err);
-        if (r == 0 && !(text = spawn_text(plan, l, ids, ids == &z->shared, err)))
-                r = -E2BIG;
+        if (r == 0)
+                r = spawn_request(plan, l, ids, ids == &z->shared, &req, err);
         if (r == 0)
                 r = launcher_make_cgroup(l, err);
         if (r == 0)
@@ -568,7 +568,7 @@ static int spawn_child(struct cage_zygote *z, struct launcher *l, struct launch_
         if (r == 0)
                 r = open_workspace(l->spec, &l->slot, f, err);
         if (r == 0)
-                r = send_spawn(z, text, f, err);
+                r = send_spawn(z, &req, f, err);
         if (r == 0)
                 r = expect_sync(f, 'p', 0, &z->shared, pid, err);
         if (r == 0)

@@ -87,6 +87,14 @@ def test_results_are_those_of_a_cold_sandbox(server, code):
     assert_same(pooled, cold)
 
 
+def test_no_signal_is_blocked_in_a_pooled_sandbox(server):
+    # The template blocks SIGCHLD for its own loop; the user's code must not
+    # inherit that (a handler or a child watcher of its own would never run).
+    code = "import re\nre.search(r'SigBlk:\\s*(\\S+)', open('/proc/self/status').read())[1]"
+    pooled, cold = pooled_and_cold(server, code)
+    assert pooled["return_value"] == cold["return_value"] == "0000000000000000", (pooled, cold)
+
+
 def test_timeout_interrupts_a_pooled_run(server):
     pooled, cold = pooled_and_cold(server, "import time\ntime.sleep(30)", timeout_s=1)
     assert pooled["status"] == "timeout", pooled
