@@ -724,13 +724,12 @@ EXPORT long cz_serve(const struct cz_template *t, int ctl, struct cz_served *out
         if (r < 0)
                 return r;
         long sigfd = raw_syscall4(__NR_signalfd4, -1, &chld, 8, SFD_NONBLOCK | SFD_CLOEXEC);
-        if (sigfd < 0)
-                return sigfd;
-        reap((int)sigfd); /* a child that ended before the mask */
-        r = serve_loop(t, ctl, (int)sigfd, before, out);
-        if (r != 0) {
+        if (sigfd >= 0) {
+                r = serve_loop(t, ctl, (int)sigfd, before, out);
+                if (r == 0)
+                        return 0; /* a driver: B restored its mask and closed the rest */
                 raw_syscall1(__NR_close, sigfd);
-                raw_syscall4(__NR_rt_sigprocmask, SIG_SETMASK_NR, &before, NULL, 8);
         }
-        return r;
+        raw_syscall4(__NR_rt_sigprocmask, SIG_SETMASK_NR, &before, NULL, 8);
+        return sigfd < 0 ? sigfd : r;
 }
