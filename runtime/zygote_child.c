@@ -79,21 +79,20 @@ struct cz_spawn {
         uint64_t sigmask; /* the template's before cz_serve(): B's and the driver's */
 };
 
+/* The child's fds: the request's, at zygote_proto.h's place plus one. */
 enum {
-        FD_OUT = 1,
-        FD_ERR,
-        FD_CHAN,
-        FD_SYNC,
-        FD_CTL,
-        FD_STATUS,
-        FD_INIT,
-        FD_ENV,
-        FD_MAPPED,
+        FD_OUT = ZYGOTE_FD_STDOUT + 1,
+        FD_ERR = ZYGOTE_FD_STDERR + 1,
+        FD_CHAN = ZYGOTE_FD_CHANNEL + 1,
+        FD_SYNC = ZYGOTE_FD_SYNC + 1,
+        FD_CTL = ZYGOTE_FD_CTL + 1,
+        FD_STATUS = ZYGOTE_FD_STATUS + 1,
+        FD_INIT = ZYGOTE_FD_INIT + 1,
+        FD_ENV = ZYGOTE_FD_ENV + 1,
+        FD_MAPPED = ZYGOTE_CHILD_FDS + 1,
         FD_WORKSPACE,
         FD_MAX = FD_WORKSPACE,
 };
-_Static_assert(FD_ENV == ZYGOTE_FD_ENV + 1 && FD_MAPPED == ZYGOTE_CHILD_FDS + 1,
-               "the request's fds come first, in zygote_proto.h's order");
 /* codecage-init's fds (src/core/box_proto.h): BOX_CTL_FD, BOX_ADOPTED_STATUS_FD. */
 enum { INIT_CTL_FD = 3, INIT_STATUS_FD = 4, INIT_IMAGE_FD = 5 };
 
@@ -545,6 +544,29 @@ static void close_all(const int *fds, uint32_t n)
                 raw_syscall1(__NR_close, fds[i]);
 }
 
+/* The fds a message carried, each kept in in->fds or closed: 0 when there
+ * were more than a request has (all of them closed then). */
+static int take_fds(const struct cz_cmsghdr *hdr, unsigned long controllen, struct received *in)
+{
+        in->n_fds = 0;
+        if (controllen < sizeof(*hdr) || hdr->level != SOL_SOCKET_NR ||
+            hdr->type != SCM_RIGHTS_NR || hdr->len < sizeof(*hdr) || hdr->len > controllen)
+                return 1;
+        unsigned long count = (hdr->len - sizeof(*hdr)) / sizeof(int);
+        const int *fds = (const int *)(hdr + 1);
+        for (unsigned long i = 0; i < count; i++) {
+                if (in->n_fds < FDS_MAX)
+                        in->fds[in->n_fds++] = fds[i];
+                else
+                        raw_syscall1(__NR_close, fds[i]);
+        }
+        if (count <= FDS_MAX)
+                return 1;
+        close_all(in->fds, in->n_fds);
+        in->n_fds = 0;
+        return 0;
+}
+
 /* One message: 1 with a request, 0 when the server closed the socket,
  * -EAGAIN for nothing to read, -EINVAL for a message we do not serve (its fds
  * closed), or another -errno. */
@@ -552,7 +574,7 @@ static long receive(int ctl, struct received *in)
 {
         union {
                 struct cz_cmsghdr hdr;
-                char bytes[sizeof(struct cz_cmsghdr) + FDS_MAX * sizeof(int) + 8];
+                char bytes[sizeof(struct cz_cmsghdr) + (FDS_MAX + 2) * sizeof(int)];
         } control;
         struct iovec iov = {.iov_base = &in->req, .iov_len = sizeof(in->req)};
         struct cz_msghdr mh = {.iov = &iov,
@@ -562,16 +584,9 @@ static long receive(int ctl, struct received *in)
         long n = raw_syscall3(__NR_recvmsg, ctl, &mh, MSG_CLOEXEC_NR);
         if (n <= 0)
                 return n;
-        in->n_fds = 0;
-        if (mh.controllen >= sizeof(struct cz_cmsghdr) && control.hdr.level == SOL_SOCKET_NR &&
-            control.hdr.type == SCM_RIGHTS_NR && control.hdr.len >= sizeof(struct cz_cmsghdr)) {
-                unsigned long count = (control.hdr.len - sizeof(struct cz_cmsghdr)) / sizeof(int);
-                const int *fds = (const int *)(control.bytes + sizeof(struct cz_cmsghdr));
-                for (unsigned long i = 0; i < count && i < FDS_MAX; i++)
-                        in->fds[in->n_fds++] = fds[i];
-        }
+        int fds_ok = take_fds(&control.hdr, mh.controllen, in);
         const struct zygote_spawn_request *r = &in->req;
-        int ok = n == (long)sizeof(*r) && !(mh.flags & (MSG_TRUNC_NR | MSG_CTRUNC_NR)) &&
+        int ok = fds_ok && n == (long)sizeof(*r) && !(mh.flags & (MSG_TRUNC_NR | MSG_CTRUNC_NR)) &&
                  r->magic == ZYGOTE_SPAWN_MAGIC && r->workspace <= 1 &&
                  in->n_fds == ZYGOTE_CHILD_FDS + r->workspace &&
                  r->n_rlimits <= ZYGOTE_RLIMITS_MAX &&
@@ -668,11 +683,6 @@ static void reap(int sigfd)
                 ;
 }
 
-static void copy_str(char *dst, const char *src, size_t size)
-{
-        append(dst, dst + size, src);
-}
-
 /* Requests on ctl until the server closes it, each child's end reaped as it
  * comes (a signalfd; SIGCHLD blocked here, restored in every child). */
 static long serve_loop(const struct cz_template *t, int ctl, int sigfd, uint64_t sigmask,
@@ -698,7 +708,7 @@ static long serve_loop(const struct cz_template *t, int ctl, int sigfd, uint64_t
                         return r;
                 if (serve_spawn(t, &in, sigmask) == 0) {
                         out->rlimit_as = in.req.rlimit_as;
-                        copy_str(out->workdir, in.req.workdir, sizeof(out->workdir));
+                        append(out->workdir, out->workdir + sizeof(out->workdir), in.req.workdir);
                         return 0;
                 }
                 close_all(in.fds, in.n_fds);

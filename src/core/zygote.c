@@ -299,10 +299,9 @@ int cage_zygote_start(const struct cage_spec *spec, const struct cage_zygote_dri
 
 /* ---- fork ---- */
 
-enum { C_OUT, C_ERR, C_CHAN, C_SYNC, C_CTL, C_STATUS, C_INIT, C_ENV, C_WORKSPACE, C_COUNT };
+/* The child's fds: zygote_proto.h's, then the workspace when it has one. */
+enum { C_WORKSPACE = ZYGOTE_CHILD_FDS, C_COUNT };
 _Static_assert(C_COUNT <= FD_SEND_MAX, "a spawn request's fds go in one fd_send()");
-_Static_assert((int)C_ENV == (int)ZYGOTE_FD_ENV && (int)C_WORKSPACE == (int)ZYGOTE_CHILD_FDS,
-               "the fds in zygote_proto.h's order");
 
 struct fork_fds {
         int child[C_COUNT]; /* what the zygote hands to the child (C_WORKSPACE: -1 without) */
@@ -346,14 +345,14 @@ static int make_fds(struct fork_fds *f, struct cage_error *err)
         int one = 1, r, image = cage_init_image_fd(err);
         if (image < 0)
                 return image;
-        if ((f->child[C_INIT] = fcntl(image, F_DUPFD_CLOEXEC, 3)) < 0)
+        if ((f->child[ZYGOTE_FD_INIT] = fcntl(image, F_DUPFD_CLOEXEC, 3)) < 0)
                 return cage_fail(err, -errno, "zygote: the init image");
-        if ((r = pipe_to_us(&f->out_r, &f->child[C_OUT])) < 0 ||
-            (r = pipe_to_us(&f->err_r, &f->child[C_ERR])) < 0 ||
-            (r = pipe_to_us(&f->status_r, &f->child[C_STATUS])) < 0 ||
-            (r = pair(SOCK_STREAM, &f->chan, &f->child[C_CHAN])) < 0 ||
-            (r = pair(SOCK_SEQPACKET, &f->sync, &f->child[C_SYNC])) < 0 ||
-            (r = pair(SOCK_SEQPACKET, &f->ctl, &f->child[C_CTL])) < 0)
+        if ((r = pipe_to_us(&f->out_r, &f->child[ZYGOTE_FD_STDOUT])) < 0 ||
+            (r = pipe_to_us(&f->err_r, &f->child[ZYGOTE_FD_STDERR])) < 0 ||
+            (r = pipe_to_us(&f->status_r, &f->child[ZYGOTE_FD_STATUS])) < 0 ||
+            (r = pair(SOCK_STREAM, &f->chan, &f->child[ZYGOTE_FD_CHANNEL])) < 0 ||
+            (r = pair(SOCK_SEQPACKET, &f->sync, &f->child[ZYGOTE_FD_SYNC])) < 0 ||
+            (r = pair(SOCK_SEQPACKET, &f->ctl, &f->child[ZYGOTE_FD_CTL])) < 0)
                 return cage_fail(err, r, "zygote: the child's fds");
         if (setsockopt(f->sync, SOL_SOCKET, SO_PASSCRED, &one, sizeof(one)) < 0)
                 return cage_fail(err, -errno, "zygote: SO_PASSCRED");
@@ -368,7 +367,7 @@ static int env_memfd(char *const *envp, struct fork_fds *f, struct cage_error *e
         int fd = memfd_create("codecage-env", MFD_CLOEXEC | MFD_ALLOW_SEALING);
         if (fd < 0)
                 return cage_fail(err, -errno, "zygote: the environment");
-        f->child[C_ENV] = fd;
+        f->child[ZYGOTE_FD_ENV] = fd;
         size_t total = 0;
         for (size_t i = 0; envp[i]; i++) {
                 size_t n = strlen(envp[i]) + 1;

@@ -21,6 +21,8 @@ the one clone that makes the child) and run against the normal build only."""
 import concurrent.futures
 import json
 import os
+import subprocess
+import sys
 import uuid
 
 import pytest
@@ -288,3 +290,61 @@ def test_each_sandbox_has_namespaces_of_its_own(server):
     # None is the server's either.
     for ns, link in a.items():
         assert link != os.readlink(f"/proc/self/ns/{ns}"), ns
+
+
+REFUSED_REQUESTS = r"""
+import ctypes, os, socket, struct, sys
+
+lib = ctypes.CDLL(sys.argv[1])
+lib.cz_serve.restype = ctypes.c_long
+lib.cz_serve.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+MAGIC = 0x32707A63  # zygote_proto.h's "czp2"
+
+
+def request(magic=MAGIC, workspace=0, size=None):
+    # struct zygote_spawn_request: six u32, the u64 rlimit_as, 8 rlimits of
+    # 24 bytes, scratch_opts[128], workdir[4096].
+    raw = struct.pack("<6IQ", magic, 70000, 70000, 0, workspace, 0, 0).ljust(4448, b"\0")
+    return raw if size is None else raw[:size]
+
+
+ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+r, w = os.pipe()
+messages = [(request(), 11),               # 8 expected: more than a request has
+            (request(), 16),               # more than the template takes in
+            (request(workspace=1), 10),    # 9 expected
+            (request(magic=1), 8),
+            (request(size=4000), 8),
+            (request(workspace=2), 9)]
+for msg, n in messages:
+    fds = [os.dup(w) for _ in range(n)]
+    ours.sendmsg([msg], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("%di" % n, *fds))])
+    for fd in fds:
+        os.close(fd)
+os.close(w)
+ours.close()
+template = ctypes.create_string_buffer(256)  # never read for a refused request
+served = ctypes.create_string_buffer(8 + 4096)
+print(lib.cz_serve(template, theirs.fileno(), served))
+os.set_blocking(r, False)
+try:
+    print(len(os.read(r, 1)))  # 0: no write end of the pipe is open anywhere
+except BlockingIOError:
+    print("held")
+"""
+
+
+def test_the_template_keeps_no_fd_of_a_request_it_refuses():
+    # The template reads the server's spawn requests (runtime/zygote_child.c's
+    # cz_serve()). Every fd a refused request carried (too many for it, a bad
+    # magic, size or workspace flag) must be closed, or each would stay open
+    # in the template and in every sandbox forked after it. Here the template
+    # loop runs in a plain process over a socket whose other end sent only
+    # refused requests, each carrying copies of a pipe's write end: once the
+    # loop saw the socket close, the pipe must read as ended.
+    lib = os.path.join(BUILD, "codecage-zygote-child.so")
+    out = subprocess.run([sys.executable, "-I", "-c", REFUSED_REQUESTS, lib],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["1", "0"], out.stdout
