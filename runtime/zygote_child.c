@@ -14,15 +14,16 @@
  * rlimits, capabilities, no_new_privs, seccomp) is a system call made from
  * here, so B writes almost none of the template's pages. B then forks the
  * session driver (C) with the C library's own fork(), so that C is an
- * ordinary fork of a Python process: cz_serve() returns 0 in C, which goes
- * on in Python (codecage_zygote.py's run_driver()); and B execs
- * codecage-init, pid 1 of the sandbox.
+ * ordinary fork of a Python process: C applies what is its own (a session,
+ * dumpable, RLIMIT_AS, its working directory) with system calls, so that
+ * no Python writes the template's pages for it, and cz_serve() returns 0 in
+ * C, which goes on in Python (codecage_zygote.py's run_driver()); and B
+ * execs codecage-init, pid 1 of the sandbox.
  *
  * No C library: this object runs inside any image's Python, so it calls the
  * kernel itself (raw_syscall.h) and is linked with -nostdlib -z defs (a
  * stray memcpy or strlen fails the build, not a sandbox start). struct
- * cz_template and struct cz_served are mirrored by ctypes in
- * codecage_zygote.py. */
+ * cz_template is mirrored by ctypes in codecage_zygote.py. */
 #include <asm/unistd.h>
 #include <linux/capability.h>
 #include <linux/errno.h>
@@ -43,7 +44,7 @@
 #include "core/zygote_proto.h"
 #include "raw_syscall.h"
 
-#define CZ_ABI 2
+#define CZ_ABI 3
 
 /* Protections the server's unsafe debug build switched off (zygote.c). */
 #define CZ_NO_CAPS    1u
@@ -59,12 +60,6 @@ struct cz_template {
         /* /proc entries: each list is NUL-terminated names, then an empty one. */
         const char *proc_masked, *proc_readonly, *proc_hidden;
         int (*fork)(void); /* the C library's, so the driver is a proper fork */
-};
-
-/* What the driver takes of its request: filled in the driver only. */
-struct cz_served {
-        uint64_t rlimit_as;
-        char workdir[ZYGOTE_WORKDIR_MAX];
 };
 
 /* One spawn: the request's fds, then the pipe of the id maps and the
@@ -109,6 +104,7 @@ enum { INIT_CTL_FD = 3, INIT_STATUS_FD = 4, INIT_IMAGE_FD = 5 };
 #define MSG_CTRUNC_NR   0x8
 #define MSG_TRUNC_NR    0x20
 #define MSG_CLOEXEC_NR  0x40000000 /* MSG_CMSG_CLOEXEC */
+#define RLIMIT_AS_NR    9
 #define AF_INET_NR      2
 #define SOCK_DGRAM_NR   2
 #define SOCK_CLOEXEC_NR 02000000
@@ -683,10 +679,23 @@ static void reap(int sigfd)
                 ;
 }
 
+/* The driver's own process state, before it goes back to Python: its own
+ * session, a /proc/self it may read (as after an exec), RLIMIT_AS when no
+ * memory cgroup caps it, and its working directory. Without them it must
+ * not run: it exits, and the server sees the sandbox's session end. */
+static void driver_init(const struct zygote_spawn_request *r)
+{
+        uint64_t as[2] = {r->rlimit_as, r->rlimit_as};
+        if (raw_syscall0(__NR_setsid) < 0 ||
+            raw_syscall5(__NR_prctl, PR_SET_DUMPABLE, 1, 0, 0, 0) < 0 ||
+            (r->rlimit_as && raw_syscall4(__NR_prlimit64, 0, RLIMIT_AS_NR, as, NULL) < 0) ||
+            raw_syscall1(__NR_chdir, r->workdir) < 0)
+                exit_now(125);
+}
+
 /* Requests on ctl until the server closes it, each child's end reaped as it
  * comes (a signalfd; SIGCHLD blocked here, restored in every child). */
-static long serve_loop(const struct cz_template *t, int ctl, int sigfd, uint64_t sigmask,
-                       struct cz_served *out)
+static long serve_loop(const struct cz_template *t, int ctl, int sigfd, uint64_t sigmask)
 {
         struct received in;
         for (;;) {
@@ -707,8 +716,7 @@ static long serve_loop(const struct cz_template *t, int ctl, int sigfd, uint64_t
                 if (r < 0)
                         return r;
                 if (serve_spawn(t, &in, sigmask) == 0) {
-                        out->rlimit_as = in.req.rlimit_as;
-                        append(out->workdir, out->workdir + sizeof(out->workdir), in.req.workdir);
+                        driver_init(&in.req);
                         return 0;
                 }
                 close_all(in.fds, in.n_fds);
@@ -717,7 +725,7 @@ static long serve_loop(const struct cz_template *t, int ctl, int sigfd, uint64_t
 
 #define EXPORT __attribute__((visibility("default")))
 EXPORT int cz_abi(void);
-EXPORT long cz_serve(const struct cz_template *t, int ctl, struct cz_served *out);
+EXPORT long cz_serve(const struct cz_template *t, int ctl);
 
 /* The version of these structures; the template checks it first. */
 EXPORT int cz_abi(void)
@@ -726,8 +734,8 @@ EXPORT int cz_abi(void)
 }
 
 /* In the template: 1 once the server closed ctl, or -errno. In a driver: 0,
- * with what it takes of its request in *out. */
-EXPORT long cz_serve(const struct cz_template *t, int ctl, struct cz_served *out)
+ * with its request's session, rlimit and working directory applied. */
+EXPORT long cz_serve(const struct cz_template *t, int ctl)
 {
         uint64_t chld = 1ull << (SIGCHLD_NR - 1), before = 0;
         long r = raw_syscall4(__NR_rt_sigprocmask, SIG_BLOCK_NR, &chld, &before, 8);
@@ -735,7 +743,7 @@ EXPORT long cz_serve(const struct cz_template *t, int ctl, struct cz_served *out
                 return r;
         long sigfd = raw_syscall4(__NR_signalfd4, -1, &chld, 8, SFD_NONBLOCK | SFD_CLOEXEC);
         if (sigfd >= 0) {
-                r = serve_loop(t, ctl, (int)sigfd, before, out);
+                r = serve_loop(t, ctl, (int)sigfd, before);
                 if (r == 0)
                         return 0; /* a driver: B restored its mask and closed the rest */
                 raw_syscall1(__NR_close, sigfd);

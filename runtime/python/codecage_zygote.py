@@ -46,8 +46,11 @@ the cgroup namespace, applies setsid and the rlimits, drops every
 capability, sets no_new_privs, installs the seccomp filter and tells the
 server it is done (the server checks that message's credentials: B's pid,
 with the ids it chose). B forks C, the session driver, with the C
-library's fork(): C is an ordinary fork of this interpreter and goes on
-here, in run_driver() (with the sandbox's environment). B execs
+library's fork(): C is an ordinary fork of this interpreter; it takes its
+own session, makes itself dumpable (its /proc/self readable, as after an
+exec), applies RLIMIT_AS when no memory cgroup caps it and enters its
+working directory with system calls in the spawn object, and goes on here,
+in run_driver() (with the sandbox's environment). B execs
 codecage-init from the image the server sent: pid 1 of every long-lived
 sandbox, which serves the server's execs, reaps, and reports C as the exec
 it was made with. Nothing of the template reaches C: its fds are closed,
@@ -59,7 +62,6 @@ import gc
 import json
 import os
 import random
-import resource
 import socket
 import struct
 import sys
@@ -68,13 +70,11 @@ import types
 CTL_FD = 3
 # Where a child keeps its environment's memfd (zygote_proto.h's ZYGOTE_FD_ENV + 1).
 FD_ENV = 8
-WORKDIR_MAX = 4096  # ZYGOTE_WORKDIR_MAX
 ENV_MAX = 1 << 20  # the sandbox's environment (the server's bound is lower)
 DRIVER_MAX = 1 << 22  # the driver's bytecode
 PROC_NAME_MAX = 200  # a /proc entry's name (zygote_child.c's paths are 256 bytes)
 
-PR_SET_DUMPABLE = 4
-CZ_ABI = 2  # zygote_child.c's structures
+CZ_ABI = 3  # zygote_child.c's structures
 # Protections the server's unsafe debug build switched off (zygote_child.c).
 CZ_FLAGS = (("zygote-caps", 1), ("zygote-seccomp", 2), ("zygote-limits", 4))
 
@@ -82,7 +82,6 @@ try:  # what a zygote needs of this Python; main() says what is missing
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl.argtypes = [ctypes.c_int] + [ctypes.c_ulong] * 4
     # The child's fork of the driver is the C library's own, as os.fork()'s.
     LIBC_FORK = ctypes.cast(libc.fork, ctypes.c_void_p).value
     before_fork = ctypes.pythonapi.PyOS_BeforeFork
@@ -98,10 +97,6 @@ try:  # what a zygote needs of this Python; main() says what is missing
                     ("progs", ctypes.c_void_p), ("proc_masked", ctypes.c_char_p),
                     ("proc_readonly", ctypes.c_char_p), ("proc_hidden", ctypes.c_char_p),
                     ("fork", ctypes.c_void_p)]
-
-    class CzServed(ctypes.Structure):
-        """What a driver takes of its spawn request."""
-        _fields_ = [("rlimit_as", ctypes.c_uint64), ("workdir", ctypes.c_char * WORKDIR_MAX)]
 
     NATIVE_ERROR = None
 except Exception as e:
@@ -119,7 +114,7 @@ def load_spawn(fd):
     if lib.cz_abi() != CZ_ABI:
         raise RuntimeError("the spawn object is of another version")
     lib.cz_serve.restype = ctypes.c_long
-    lib.cz_serve.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+    lib.cz_serve.argtypes = [ctypes.c_void_p, ctypes.c_int]
     return lib
 
 
@@ -178,13 +173,11 @@ class Template:
         sys.stdout.flush()
         sys.stderr.flush()
         before_fork()
-        served = CzServed()
-        r = self.spawn_lib.cz_serve(ctypes.byref(self.native), self.ctl.fileno(),
-                                    ctypes.byref(served))
+        r = self.spawn_lib.cz_serve(ctypes.byref(self.native), self.ctl.fileno())
         if r == 0:
             after_fork_child()
             self.ctl.detach()  # the object must never close what became another fd
-            run_driver(self, served, driver)
+            run_driver(self, driver)
         after_fork_parent()
         if r < 0:
             raise OSError(-r, os.strerror(-r))
@@ -198,17 +191,16 @@ def received_fds(anc):
     return fds
 
 
-def run_driver(t, served, driver):
+def run_driver(t, driver):
+    """The driver, back from cz_serve() with its session, RLIMIT_AS and
+    working directory applied: every page Python writes here is copied from
+    the template, so it does little."""
     try:
-        os.setsid()
-        # The driver's /proc/self is its own to read, as after an exec.
-        libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
-        if served.rlimit_as:
-            resource.setrlimit(resource.RLIMIT_AS, (served.rlimit_as, served.rlimit_as))
-        os.chdir(os.fsdecode(served.workdir))
-        # The sandbox's environment, not the template's.
-        os.environ.clear()
-        os.environ.update(read_env())
+        # The sandbox's environment, set on the template's empty one, one
+        # assignment each (update() runs the ABCs' isinstance checks: ~70
+        # more pages written per sandbox).
+        for name, value in read_env():
+            os.environ[name] = value
         if "zygote-reseed" in t.disable:
             random.setstate(t.random_state)  # as a fork that reseeds nothing leaves it
         else:
@@ -222,16 +214,15 @@ def run_driver(t, served, driver):
 
 
 def read_all(fd, most):
-    """A memfd's bytes, at most `most` of them."""
-    size = min(os.fstat(fd).st_size, most)
-    raw, off = bytearray(), 0
-    while off < size:
-        chunk = os.pread(fd, size - off, off)
+    """A memfd's bytes, at most `most` of them (one read but for a short one)."""
+    size = min(os.lseek(fd, 0, os.SEEK_END), most)
+    raw = os.pread(fd, size, 0)
+    while 0 < len(raw) < size:
+        chunk = os.pread(fd, size - len(raw), len(raw))
         if not chunk:
             break
         raw += chunk
-        off += len(chunk)
-    return bytes(raw)
+    return raw
 
 
 def read_env():
@@ -284,6 +275,8 @@ def main():
     except BaseException as e:
         ctl.send(json.dumps({"op": "error", "message": "%s: %s" % (type(e).__name__, e)}).encode())
         return
+    # Each child sets its own environment on an empty one (run_driver()).
+    os.environ.clear()
     # Everything loaded so far stays put: the collector of a child never
     # writes to these objects' pages, which stay shared with the template.
     gc.collect()

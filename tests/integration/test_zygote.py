@@ -81,6 +81,11 @@ def test_the_pool_forks_its_sandboxes(server):
     "import subprocess\nprint(subprocess.run(['/bin/echo', 'child'], capture_output=True).stdout)",
     "import os\nsorted(os.listdir('/workspace')), os.getcwd(), os.environ['HOME']",
     "import socket\nsocket.gethostname()",
+    # Its own session, a /proc/self it may read, and the environment a
+    # program it starts inherits.
+    "import os\nos.getsid(0) == os.getpid(), len(open('/proc/self/auxv', 'rb').read()) > 0",
+    "import subprocess\nsorted(subprocess.run(['/usr/bin/env'], capture_output=True, text=True)"
+    ".stdout.split())",
 ])
 def test_results_are_those_of_a_cold_sandbox(server, code):
     pooled, cold = pooled_and_cold(server, code)
