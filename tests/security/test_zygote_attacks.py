@@ -297,7 +297,7 @@ import ctypes, os, socket, struct, sys
 
 lib = ctypes.CDLL(sys.argv[1])
 lib.cz_serve.restype = ctypes.c_long
-lib.cz_serve.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+lib.cz_serve.argtypes = [ctypes.c_void_p, ctypes.c_int]
 MAGIC = 0x32707A63  # zygote_proto.h's "czp2"
 
 
@@ -325,8 +325,7 @@ for msg, n in messages:
 os.close(w)
 ours.close()
 template = ctypes.create_string_buffer(256)  # never read for a refused request
-served = ctypes.create_string_buffer(8 + 4096)
-print(lib.cz_serve(template, theirs.fileno(), served))
+print(lib.cz_serve(template, theirs.fileno()))
 os.set_blocking(r, False)
 try:
     print(len(os.read(r, 1)))  # 0: no write end of the pipe is open anywhere
