@@ -32,11 +32,13 @@
 #include "cgroup.h"
 #include "init_image.h"
 #include "plan.h"
+#include "util/clock.h"
 #include "util/debug_pause.h"
 #include "util/error.h"
 #include "util/fdutil.h"
 
-#define START_TIMEOUT_MS 10000
+#define START_TIMEOUT_MS  10000
+#define INIT_EXIT_WAIT_MS 2000 /* then the cgroup kill's own rounds */
 
 /* ---- start ---- */
 
@@ -265,9 +267,32 @@ void cage_box_park(struct cage_box *box)
         pthread_mutex_unlock(&box->lock);
 }
 
+/* Waits, at most INIT_EXIT_WAIT_MS, for pid 1 to have exited after its
+ * SIGKILL. The kernel ends pid 1 last: it first kills and reaps every
+ * other process of the pid namespace, so once the pidfd reads as exited
+ * the cgroup holds none of them, and the cgroup kill below finds it empty
+ * in one read instead of polling it while the processes tear down their
+ * memory (and freezing the group when that takes long). */
+static void wait_init_exit(struct cage_box *box)
+{
+        pthread_mutex_lock(&box->lock);
+        int pidfd = box->l.reaped ? -1 : box->l.pidfd;
+        pthread_mutex_unlock(&box->lock);
+        if (pidfd < 0)
+                return;
+        struct pollfd p = {.fd = pidfd, .events = POLLIN};
+        uint64_t deadline = clock_mono_ms() + INIT_EXIT_WAIT_MS;
+        for (;;) {
+                uint64_t now = clock_mono_ms();
+                if (now >= deadline || poll(&p, 1, (int)(deadline - now)) != -1 || errno != EINTR)
+                        return;
+        }
+}
+
 void cage_box_kill(struct cage_box *box)
 {
         cage_box_kill_init(box);
+        wait_init_exit(box);
         /* The cgroup kill also catches anything outside the pid namespace. */
         struct cage_cgroup *cg = box_cgroup(box);
         if (cg)
