@@ -827,6 +827,12 @@ static int pump(struct egress_conn *c, struct pipe_dir *up, struct pipe_dir *dow
                         p[1].events |= POLLOUT;
                 if (down->len)
                         p[0].events |= POLLOUT;
+                /* poll() reports POLLHUP whatever was asked: a socket shut
+                 * down both ways that we wait nothing of would wake it at
+                 * once, again and again, and the idle timeout never come. */
+                for (int i = 0; i < 2; i++)
+                        if (!p[i].events)
+                                p[i].fd = -1;
                 int n = poll(p, 2, idle_ms);
                 if (n < 0 && errno == EINTR)
                         continue;

@@ -436,3 +436,95 @@ def test_denial_is_not_an_oracle_for_other_tenants_hosts(server, world):
               network=[f"allowed.test:{world.P}"])
     assert res[2]["status"] == 403 and res[5]["status"] == 403, res
     assert res[2]["body"].replace("blocked.test", "X") == res[5]["body"].replace("nonexistent.test", "X")
+
+
+
+
+class _SendAfterEof:
+    """An origin that reads one connection until the client's EOF, then
+    sends n bytes and closes: a server streaming an answer to a client that
+    has half-closed."""
+
+    def __init__(self, n):
+        import socket
+        import threading
+        self.n = n
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(4)
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        try:
+            c, _ = self.sock.accept()
+        except OSError:
+            return
+        with c:
+            while c.recv(65536):
+                pass
+            try:
+                c.sendall(b"x" * self.n)
+            except OSError:
+                pass
+
+    def close(self):
+        self.sock.close()
+
+
+def _half_closed_tunnel(server, origin, hold_s):
+    """A sandbox opens a tunnel to origin, sends a ClientHello, half-closes
+    and holds the tunnel hold_s seconds without reading: the tunnel's audit
+    record."""
+    code = f"""
+import socket, ssl, time
+s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+s.sendall(b"CONNECT allowed.test:{origin.port} HTTP/1.1\\r\\nHost: allowed.test\\r\\n\\r\\n")
+head = b""
+while b"\\r\\n\\r\\n" not in head:
+    head += s.recv(1)
+print(head.split(b"\\r\\n")[0].decode(), flush=True)
+inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
+tls = ssl.create_default_context().wrap_bio(inc, out, server_hostname="allowed.test")
+try:
+    tls.do_handshake()
+except ssl.SSLWantReadError:
+    pass
+s.sendall(out.read())
+s.shutdown(socket.SHUT_WR)
+time.sleep({hold_s})
+"""
+    r = server.ok("POST", "/v1/run", {"argv": [netlib.SANDBOX_PY, "-c", code], "timeout_s": 60,
+                                      "network": [f"allowed.test:{origin.port}"]})
+    assert "200" in r["stdout"], r
+    recs = netlib.wait_until(lambda: netlib.audit_network(
+        server, event="network.allow", kind="connect", port=origin.port), timeout=10)
+    assert recs, netlib.audit_network(server)
+    return recs[0]
+
+
+def test_a_tunnel_shut_down_both_ways_still_times_out(world, tmp_path):
+    """The sandbox half-closes a tunnel and never reads; the origin sends a
+    little more than the way to the sandbox holds, and closes. The proxy's
+    socket to the origin is then shut down both ways while the proxy waits
+    for nothing from it (what it read is stuck on the way to the sandbox):
+    poll() still reports POLLHUP on such a socket at once, so a proxy that
+    kept polling it spun a server thread, outside every sandbox limit, for
+    as long as the sandbox held the tunnel, and its idle timeout never came.
+    How much the way to the sandbox holds depends on the kernel's buffer
+    tuning, so a first tunnel measures it (no debug switch: the normal
+    build only)."""
+    probe, origin = _SendAfterEof(256 << 20), _SendAfterEof(0)
+    server = world.server(tmp_path, idle_timeout_s=2, allow=world.server_allow() + [
+        f"allowed.test:{probe.port}", f"allowed.test:{origin.port}"])
+    try:
+        held = _half_closed_tunnel(server, probe, 4)["bytes_received"]
+        assert held > 0
+        origin.n = held + (256 << 10)  # read once the sandbox's EOF came
+        rec = _half_closed_tunnel(server, origin, 12)
+        assert rec["duration_ms"] < 8000, rec  # the sandbox held it 12 s
+        assert "timed out" in rec.get("error", ""), rec
+    finally:
+        server.stop()
+        probe.close()
+        origin.close()
