@@ -1248,14 +1248,15 @@ static int parse_scalars(json_t *root, struct cage_config *cfg, struct cage_erro
 static int parse_quota_object(json_t *obj, const char *where, struct cage_quotas *q,
                               struct cage_error *err)
 {
-        static const char *const keys[] = {"sandboxes_running", "runs", "sessions", "memory_mib",
-                                           NULL};
+        static const char *const keys[] = {"sandboxes_running", "runs",          "sessions",
+                                           "memory_mib",        "artifacts_mib", NULL};
+        static const double max[] = {65536, 65536, 65536, SPEC_MEMORY_MAX / MIB,
+                                     QUOTA_ARTIFACTS_MIB_MAX};
         int r = config_check_keys(obj, where, keys, err);
         double v;
         for (size_t i = 0; r >= 0 && keys[i]; i++) {
-                bool mem = i == 3;
-                r = config_get_number(obj, where, keys[i], mem ? NUM_U64 : NUM_U32, 0,
-                                      mem ? SPEC_MEMORY_MAX / MIB : 65536, &v, err);
+                r = config_get_number(obj, where, keys[i], i >= 3 ? NUM_U64 : NUM_U32, 0, max[i],
+                                      &v, err);
                 if (r <= 0)
                         continue;
                 if (i == 0)
@@ -1264,8 +1265,10 @@ static int parse_quota_object(json_t *obj, const char *where, struct cage_quotas
                         q->runs = (uint32_t)v;
                 else if (i == 2)
                         q->sessions = (uint32_t)v;
-                else
+                else if (i == 3)
                         q->memory_mib = (uint64_t)v;
+                else
+                        q->artifacts_mib = (uint64_t)v;
         }
         return r < 0 ? r : 0;
 }
@@ -1274,6 +1277,7 @@ static int parse_quota_object(json_t *obj, const char *where, struct cage_quotas
 static int parse_quotas(json_t *root, struct cage_config *cfg, struct cage_error *err)
 {
         json_t *obj = NULL;
+        cfg->quotas.artifacts_mib = QUOTA_ARTIFACTS_MIB_DEFAULT;
         int r = config_get_object(root, "", "quotas", &obj, err);
         if (r < 0 || (obj && (r = parse_quota_object(obj, "quotas", &cfg->quotas, err)) < 0))
                 return r;

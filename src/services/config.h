@@ -58,12 +58,16 @@ struct cage_config_limits {
 };
 
 /* What one tenant may hold at a time (`quotas`, `tenants[].quotas`); 0 is
- * "no quota". Going over one is answered 429 (docs/OPERATIONS.md). */
+ * "no quota". Going over one is answered 429 (docs/OPERATIONS.md), except
+ * artifacts_mib: over it, the tenant's oldest kept runs go. */
+#define QUOTA_ARTIFACTS_MIB_DEFAULT 1024
+#define QUOTA_ARTIFACTS_MIB_MAX     1048576
 struct cage_quotas {
         uint32_t sandboxes_running; /* named sandboxes running */
         uint32_t runs;              /* execs, Python calls and one-shot runs at once */
         uint32_t sessions;          /* live Python sessions of named sandboxes */
         uint64_t memory_mib;        /* memory_mib of running sandboxes and runs, summed */
+        uint64_t artifacts_mib;     /* artifacts of one-shot runs kept (default 1024) */
 };
 
 /* What a request gets for a field it leaves out; always within the limits. */

@@ -664,6 +664,7 @@ TEST(quotas_and_operations)
                 const struct cage_quotas *q = cage_config_quotas(cfg, "default");
                 CHECK(q->runs == 0 && q->sessions == 0 && q->sandboxes_running == 0 &&
                       q->memory_mib == 0);
+                CHECK(q->artifacts_mib == 1024); /* kept artifacts: a cap by default */
                 CHECK(!cfg->listen_metrics);
                 CHECK(cfg->drain_timeout_s == 30);
                 CHECK(cfg->limits.launches_max >= 4);
@@ -671,7 +672,7 @@ TEST(quotas_and_operations)
         }
         CHECK(parse("{\"quotas\": {\"runs\": 4, \"memory_mib\": 2048},"
                     " \"tenants\": [{\"name\": \"a\", \"token\": \"" TOKEN_A "\","
-                    " \"quotas\": {\"runs\": 1, \"sessions\": 2}},"
+                    " \"quotas\": {\"runs\": 1, \"sessions\": 2, \"artifacts_mib\": 0}},"
                     " {\"name\": \"b\", \"token\": \"" TOKEN_B "\"}],"
                     " \"listen\": {\"metrics\": \"127.0.0.1:9464\"},"
                     " \"limits\": {\"launches_max\": 2}, \"drain_timeout_s\": 5}",
@@ -681,6 +682,7 @@ TEST(quotas_and_operations)
                 const struct cage_quotas *b = cage_config_quotas(cfg, "b");
                 CHECK(a->runs == 1 && a->sessions == 2 && a->memory_mib == 2048);
                 CHECK(b->runs == 4 && b->sessions == 0 && b->memory_mib == 2048);
+                CHECK(a->artifacts_mib == 0 && b->artifacts_mib == 1024);
                 CHECK(cage_config_quotas(cfg, "nobody")->runs == 4);
                 CHECK(cfg->listen_metrics && strcmp(cfg->listen_metrics, "127.0.0.1:9464") == 0);
                 CHECK(cfg->limits.launches_max == 2 && cfg->drain_timeout_s == 5);
