@@ -969,22 +969,56 @@ struct copy_level {
 
 static int copy_visit(int dfd, const char *name, unsigned char type, void *userdata);
 
-/* Copies at most size bytes (the size when the copy started: a file that
- * grows meanwhile cannot exceed the budget). */
-static int copy_bytes(int src, int dst, uint64_t size, char *buf)
+/* Copies the data of [from, to) of src to the same offsets of dst, charging
+ * every byte to the copy's budget: -E2BIG past it. */
+static int copy_range(struct copy *c, int src, int dst, uint64_t from, uint64_t to)
 {
-        while (size > 0) {
-                ssize_t n = read_retry(src, buf, size < COPY_CHUNK ? (size_t)size : COPY_CHUNK);
-                if (n < 0)
-                        return (int)n;
-                if (n == 0)
-                        break;
-                int r = write_all(dst, buf, (size_t)n);
+        if (lseek(src, (off_t)from, SEEK_SET) < 0 || lseek(dst, (off_t)from, SEEK_SET) < 0)
+                return -errno;
+        for (uint64_t left = to - from; left > 0;) {
+                ssize_t n = read_retry(src, c->buf, left < COPY_CHUNK ? (size_t)left : COPY_CHUNK);
+                if (n <= 0)
+                        return (int)n; /* 0: the file shrank meanwhile */
+                if ((uint64_t)n > c->bytes_left)
+                        return -E2BIG;
+                c->bytes_left -= (uint64_t)n;
+                int r = write_all(dst, c->buf, (size_t)n);
                 if (r < 0)
                         return r;
-                size -= (uint64_t)n;
+                left -= (uint64_t)n;
         }
         return 0;
+}
+
+/* Copies the data extents of src up to size (its size when the copy
+ * started: a file that grows meanwhile cannot exceed it), leaving its holes
+ * as holes in dst: a sparse file costs the host what it holds, not its
+ * size. A filesystem without SEEK_DATA reports one extent, the whole file. */
+static int copy_sparse(struct copy *c, int src, int dst, uint64_t size)
+{
+        for (uint64_t pos = 0; pos < size;) {
+                off_t data = lseek(src, (off_t)pos, SEEK_DATA);
+                if (data < 0)
+                        return errno == ENXIO ? 0 : -errno; /* ENXIO: a hole to the end */
+                if ((uint64_t)data >= size)
+                        break;
+                off_t hole = lseek(src, data, SEEK_HOLE);
+                if (hole < 0)
+                        return -errno;
+                uint64_t end = (uint64_t)hole < size ? (uint64_t)hole : size;
+                int r = copy_range(c, src, dst, (uint64_t)data, end);
+                if (r < 0)
+                        return r;
+                pos = end;
+        }
+        return 0;
+}
+
+/* The bytes a file really holds: a sparse file's size is no measure. */
+static uint64_t allocated_bytes(const struct stat *st)
+{
+        uint64_t blocks = (uint64_t)st->st_blocks * 512;
+        return blocks < (uint64_t)st->st_size ? blocks : (uint64_t)st->st_size;
 }
 
 static int copy_file(const struct copy_level *level, int dfd, const char *name)
@@ -997,14 +1031,14 @@ static int copy_file(const struct copy_level *level, int dfd, const char *name)
                 return -errno;
         if (!S_ISREG(st.st_mode))
                 return 0;
-        if ((uint64_t)st.st_size > level->c->bytes_left)
+        if (allocated_bytes(&st) > level->c->bytes_left) /* early: copy_range checks again */
                 return -E2BIG;
-        level->c->bytes_left -= (uint64_t)st.st_size;
         _cleanup_close_ int dst =
                 open_child(level->dst_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0644);
         if (dst < 0)
                 return dst;
-        return copy_bytes(src, dst, (uint64_t)st.st_size, level->c->buf);
+        int r = copy_sparse(level->c, src, dst, (uint64_t)st.st_size);
+        return r == 0 && ftruncate(dst, st.st_size) < 0 ? -errno : r; /* the trailing hole */
 }
 
 static int copy_dir(const struct copy_level *level, int dfd, const char *name)
@@ -1045,7 +1079,7 @@ static int copy_visit(int dfd, const char *name, unsigned char type, void *userd
 }
 
 int cage_files_copy_tree(int src_root_fd, const char *src_path, int dst_dir_fd, uint64_t max_bytes,
-                         uint32_t max_entries, struct cage_error *err)
+                         uint32_t max_entries, uint64_t *ret_bytes, struct cage_error *err)
 {
         char rel[CAGE_FILES_PATH_MAX + 1];
         int r = cage_files_check_path(src_path, rel, err);
@@ -1063,6 +1097,8 @@ int cage_files_copy_tree(int src_root_fd, const char *src_path, int dst_dir_fd, 
         struct copy c = {max_bytes, max_entries, buf};
         struct copy_level top = {&c, 0, dst_dir_fd};
         r = for_each_entry(fd, copy_visit, &top);
+        if (ret_bytes)
+                *ret_bytes = max_bytes - c.bytes_left;
         if (r == -E2BIG)
                 return cage_fail(err, r,
                                  PATH_FMT ": more than %" PRIu64 " bytes, %" PRIu32

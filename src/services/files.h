@@ -95,11 +95,13 @@ struct cage_artifact_snapshot *cage_artifact_snapshot_free(struct cage_artifact_
  * and regular files (0644, owned by the caller), never following links and
  * skipping symlinks, FIFOs, sockets and devices. Walked fd by fd like the
  * other operations. max_entries bounds the entries looked at (copied or
- * skipped) and max_bytes the bytes copied; past either, or past 64 levels,
- * it stops with -E2BIG and what was copied stays. A file is copied up to its
- * size when it was opened. Used to keep a one-shot run's output/ after its
- * sandbox is gone. */
+ * skipped) and max_bytes the bytes of data copied; past either, or past 64
+ * levels, it stops with -E2BIG and what was copied stays. A file is copied
+ * up to its size when it was opened, sparsely: only its data extents
+ * (SEEK_DATA) are copied and charged, its holes stay holes. *ret_bytes
+ * (when not NULL) gets the bytes of data copied. Used to keep a one-shot
+ * run's output/ after its sandbox is gone. */
 int cage_files_copy_tree(int src_root_fd, const char *src_path, int dst_dir_fd, uint64_t max_bytes,
-                         uint32_t max_entries, struct cage_error *err);
+                         uint32_t max_entries, uint64_t *ret_bytes, struct cage_error *err);
 
 #endif

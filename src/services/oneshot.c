@@ -88,7 +88,7 @@ void svc_oneshot_finish(struct cage_service *svc, const char *tenant, struct svc
                 artifacts = json_array();
         struct cage_error err = {0};
         if (json_array_size(artifacts) &&
-            svc_keep_run_output(svc, tenant, o->ws, o->run_id, &err) < 0)
+            svc_keep_run_output(svc, tenant, o->ws, o->run_id, o->spec->disk_mib << 20, &err) < 0)
                 json_object_set_new(result, "artifacts_error", json_string(err.message));
         json_object_set_new(result, "artifacts", artifacts ? artifacts : json_array());
         json_object_set_new(result, "run_id", json_string(o->run_id));

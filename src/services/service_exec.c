@@ -11,6 +11,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <linux/openat2.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -515,13 +516,71 @@ int svc_open_run_workspace(struct cage_box *box, struct cage_error *err)
         return fd < 0 ? cage_fail(err, -errno, "opening the run's workspace") : fd;
 }
 
+/* The least of what one run may keep, and which limit that is. */
+struct keep_limit {
+        uint64_t bytes;
+        const char *what;
+};
+
+static void keep_at_most(struct keep_limit *l, uint64_t bytes, const char *what)
+{
+        if (bytes < l->bytes)
+                *l = (struct keep_limit){bytes, what};
+}
+
+/* RUN_OUTPUT_MAX, the run's disk, the tenant's artifacts_mib and data_dir's
+ * free space above its reserve: -ENOSPC when there is none. */
+static int keep_limit(struct cage_service *svc, const char *tenant, uint64_t disk_bytes,
+                      struct keep_limit *ret, struct cage_error *err)
+{
+        uint64_t spare = 0, quota = cage_config_quotas(svc->cfg, tenant)->artifacts_mib << 20;
+        int r = svc_data_dir_spare(svc, &spare, err);
+        if (r < 0)
+                return r;
+        if (spare == 0)
+                return cage_fail_plain(err, -ENOSPC,
+                                       "the server's data_dir is full (it keeps its reserve for "
+                                       "workspaces): this run's artifacts were not kept (the run "
+                                       "itself is reported as it ended)");
+        *ret = (struct keep_limit){RUN_OUTPUT_MAX, "the most any run keeps"};
+        keep_at_most(ret, disk_bytes, "the run's disk_mib");
+        if (quota)
+                keep_at_most(ret, quota, "the tenant's artifacts_mib quota");
+        keep_at_most(ret, spare, "the free space of the server's data_dir above its reserve");
+        return 0;
+}
+
+static int keep_failed(int r, const struct keep_limit *limit, struct cage_error *err)
+{
+        char why[sizeof(err->message)];
+        snprintf(why, sizeof(why), "%s", err->message);
+        if (r == -E2BIG)
+                return cage_fail_plain(err, r,
+                                       "this run's artifacts were not kept: %s (bytes: at most "
+                                       "%" PRIu64 ", %s)",
+                                       why, limit->bytes, limit->what);
+        if (r == -ENOSPC || r == -EDQUOT)
+                return cage_fail_plain(err, r,
+                                       "the server's data_dir is full: this run's artifacts "
+                                       "were not kept (the run itself is reported as it ended)");
+        return r;
+}
+
 /* Copies output/ to <runs>/<run_id>/output for the retention period, then
  * binds it to tenant (tenancy.c): a run directory without an owner serves
- * nobody, so the owner, written last, publishes the copy whole. A copy that
- * fails (data_dir full) is removed: no half-copied artifact is ever served. */
+ * nobody, so the owner, written last, publishes the copy whole. The copy
+ * holds at most what keep_limit() allows, counted in bytes of data (a
+ * sparse file costs what it holds); one that fails (over that, data_dir
+ * full) is removed: no half-copied artifact is ever served. Then the
+ * tenant's oldest runs go while its runs hold more than its artifacts_mib
+ * (run_retention.c). */
 int svc_keep_run_output(struct cage_service *svc, const char *tenant, int ws, const char *run_id,
-                        struct cage_error *err)
+                        uint64_t disk_bytes, struct cage_error *err)
 {
+        struct keep_limit limit;
+        int r = keep_limit(svc, tenant, disk_bytes, &limit, err);
+        if (r < 0)
+                return r;
         _cleanup_free_ char *dir = NULL;
         if (asprintf(&dir, "%s/%s", svc->runs_base, run_id) < 0)
                 return cage_fail(err, -ENOMEM, "artifacts");
@@ -530,27 +589,29 @@ int svc_keep_run_output(struct cage_service *svc, const char *tenant, int ws, co
         _cleanup_close_ int run = open(dir, O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (run < 0)
                 return cage_fail(err, -errno, "artifacts: keeping them");
-        int r = mkdirat(run, "output", 0700) < 0 ? -errno : 0;
+        r = mkdirat(run, "output", 0700) < 0 ? -errno : 0;
         _cleanup_close_ int dfd =
                 r == 0 ? openat(run, "output", O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
         if (r == 0 && dfd < 0)
                 r = -errno;
+        uint64_t kept = 0;
         if (r == 0)
-                r = cage_files_copy_tree(ws, "output", dfd, RUN_OUTPUT_MAX, RUN_OUTPUT_FILES, err);
+                r = cage_files_copy_tree(ws, "output", dfd, limit.bytes, RUN_OUTPUT_FILES, &kept,
+                                         err);
+        if (r == 0 && (r = svc_run_write_bytes(run, kept)) < 0)
+                cage_fail(err, r, "artifacts: counting them");
         if (r == 0 && syncfs(dfd) < 0)
                 r = cage_fail(err, -errno, "artifacts: flushing them");
         if (r == 0 && (r = svc_run_bind(run, tenant)) < 0)
                 cage_fail(err, r, "artifacts: binding them to the tenant");
         if (r < 0) {
-                (void)cage_files_delete(run, "output", true, NULL);
-                (void)unlinkat(run, RUN_OWNER_FILE, 0);
-                (void)rmdir(dir);
-                if (r == -ENOSPC || r == -EDQUOT)
-                        cage_fail_plain(err, r,
-                                        "the server's data_dir is full: this run's artifacts "
-                                        "were not kept (the run itself is reported as it ended)");
+                svc_run_remove(AT_FDCWD, dir);
+                return keep_failed(r, &limit, err);
         }
-        return r;
+        uint64_t quota = cage_config_quotas(svc->cfg, tenant)->artifacts_mib << 20;
+        if (quota)
+                (void)svc_runs_trim_tenant(svc, tenant, run_id, kept, quota);
+        return 0;
 }
 
 /* The run's own fields: what to run (argv, command or code), stdin. */
@@ -619,17 +680,11 @@ int cage_service_run(struct cage_service *svc, const char *tenant, const json_t 
 
 /* ---- run artifacts ---- */
 
-static bool run_id_valid(const char *id)
-{
-        return id && strlen(id) == CAGE_STORE_ID_LEN &&
-               strspn(id, "0123456789abcdef") == CAGE_STORE_ID_LEN;
-}
-
 int cage_service_run_file_read(struct cage_service *svc, const char *tenant, const char *run_id,
                                const char *path, size_t max, void **ret_data, size_t *ret_len,
                                struct cage_error *err)
 {
-        if (!run_id_valid(run_id)) /* ids are 32 lowercase hex digits */
+        if (!svc_run_id_valid(run_id)) /* ids are 32 lowercase hex digits */
                 return cage_fail_plain(err, -ENOENT, "no run \"%.40s\"", run_id ? run_id : "");
         _cleanup_free_ char *dir = NULL;
         if (asprintf(&dir, "%s/%s", svc->runs_base, run_id) < 0)
@@ -648,28 +703,4 @@ int cage_service_run_file_read(struct cage_service *svc, const char *tenant, con
                 svc_audit(svc, CAGE_AUDIT_FILE_READ, tenant, run_id, NULL,
                           json_pack("{s:s, s:I}", "path", full, "size", (json_int_t)*ret_len));
         return r;
-}
-
-void svc_expire_runs(struct cage_service *svc)
-{
-        DIR *d = opendir(svc->runs_base);
-        if (!d)
-                return;
-        int64_t cutoff = clock_wall_ms() / 1000 - (int64_t)svc->cfg->retention_s;
-        struct dirent *de;
-        while ((de = readdir(d))) {
-                struct stat st;
-                if (!run_id_valid(de->d_name) ||
-                    fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
-                    st.st_mtime > cutoff)
-                        continue;
-                _cleanup_close_ int fd =
-                        openat(dirfd(d), de->d_name, O_PATH | O_DIRECTORY | O_CLOEXEC);
-                if (fd >= 0) {
-                        (void)cage_files_delete(fd, "output", true, NULL);
-                        (void)unlinkat(fd, RUN_OWNER_FILE, 0);
-                }
-                unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR);
-        }
-        closedir(d);
 }

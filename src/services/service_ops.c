@@ -322,6 +322,14 @@ int svc_data_dir_room(struct cage_service *svc, struct cage_error *err)
         return r < 0 ? cage_fail(err, r, "data_dir") : 0;
 }
 
+int svc_data_dir_spare(struct cage_service *svc, uint64_t *ret, struct cage_error *err)
+{
+        uint64_t avail = 0, want = 0;
+        int r = disk_room(svc, &avail, &want);
+        *ret = r == 0 ? avail - want : 0;
+        return r < 0 && r != -ENOSPC ? cage_fail(err, r, "data_dir") : 0;
+}
+
 bool cage_service_ready(struct cage_service *svc, json_t **ret)
 {
         json_t *checks = json_object(), *reasons = json_array();

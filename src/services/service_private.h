@@ -150,6 +150,8 @@ void svc_launch_release(struct cage_service *svc);
 /* -ENOSPC (507) with a message when data_dir's filesystem is below its
  * reserve (service_ops.c): a new workspace would fill it. */
 int svc_data_dir_room(struct cage_service *svc, struct cage_error *err);
+/* data_dir's free bytes above that reserve into *ret (0 when none). */
+int svc_data_dir_spare(struct cage_service *svc, uint64_t *ret, struct cage_error *err);
 /* Calls running now, every tenant's. */
 unsigned svc_calls_in_flight(struct cage_service *svc);
 /* The per-tenant gauges in the text exposition format. */
@@ -264,9 +266,11 @@ int svc_fetch_url(struct cage_service *svc, const char *tenant, json_t *labels, 
                   const char *field, void **ret_data, size_t *ret_len, struct cage_error *err);
 int svc_open_run_workspace(struct cage_box *box, struct cage_error *err);
 /* Keeps output/ of a one-shot run for the retention period, readable by
- * tenant only (tenancy.c). */
+ * tenant only (tenancy.c): at most disk_bytes (the run's disk) and the
+ * tenant's artifacts_mib of data, none when data_dir is down to its
+ * reserve; the error says why they were not kept. */
 int svc_keep_run_output(struct cage_service *svc, const char *tenant, int ws, const char *run_id,
-                        struct cage_error *err);
+                        uint64_t disk_bytes, struct cage_error *err);
 
 /* One-shot runs, shell and Python alike (oneshot.c): prepare parses the
  * spec (with the caller's extra fields), checks `files` and makes a run id;
@@ -302,6 +306,16 @@ void svc_oneshot_free(struct cage_service *svc, struct svc_oneshot *o);
  * image without python3 is named in the error. */
 int svc_session_start(struct cage_box *box, const char *image, struct cage_session **ret,
                       struct cage_error *err);
+/* Kept runs (run_retention.c): whether id is one (32 lowercase hex
+ * digits); a run's RUN_BYTES_FILE; removing one from the directory
+ * runs_fd (or AT_FDCWD with a path); removing those older than
+ * retention_s; and removing tenant's oldest runs, never kept_run_id, while
+ * with kept_bytes they hold more than max_bytes. */
+bool svc_run_id_valid(const char *id);
+int svc_run_write_bytes(int run_fd, uint64_t bytes);
+void svc_run_remove(int runs_fd, const char *run_id);
 void svc_expire_runs(struct cage_service *svc);
+int svc_runs_trim_tenant(struct cage_service *svc, const char *tenant, const char *kept_run_id,
+                         uint64_t kept_bytes, uint64_t max_bytes);
 
 #endif

@@ -68,12 +68,15 @@ static bool switched_off(void)
         return false;
 }
 
-bool svc_run_owned_by(int run_fd, const char *tenant)
+bool svc_run_owner_is(int run_fd, const char *tenant)
 {
         char owner[OWNER_MAX + 1];
-        if (switched_off())
-                return true;
         return run_owner(run_fd, owner) && strcmp(owner, tenant) == 0;
+}
+
+bool svc_run_owned_by(int run_fd, const char *tenant)
+{
+        return switched_off() || svc_run_owner_is(run_fd, tenant);
 }
 
 /* Whether the run's owner is a tenant other than `tenant`. */

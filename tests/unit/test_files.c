@@ -694,7 +694,7 @@ TEST(copy_tree_copies_files_and_dirs_only)
         CHECK(mkfifo(at("ws/output/fifo"), 0644) == 0);
         int dst = open_dir("dst");
         alarm(5);
-        CHECK(cage_files_copy_tree(root_fd, "output", dst, 1 << 20, 100, &err) == 0);
+        CHECK(cage_files_copy_tree(root_fd, "output", dst, 1 << 20, 100, NULL, &err) == 0);
         alarm(0);
         CHECK_STREQ(content("dst/a.txt"), "aaaaa");
         CHECK_STREQ(content("dst/sub/b.txt"), "bbb");
@@ -703,7 +703,7 @@ TEST(copy_tree_copies_files_and_dirs_only)
         /* A linked source is refused. */
         CHECK(symlink(at("outside"), at("ws/out2")) == 0);
         dst = open_dir("dst-link");
-        int r = cage_files_copy_tree(root_fd, "out2", dst, 1 << 20, 100, &err);
+        int r = cage_files_copy_tree(root_fd, "out2", dst, 1 << 20, 100, NULL, &err);
         CHECK(r == -ELOOP || r == -ENOTDIR);
         CHECK(!exists("dst-link/secret"));
         close(dst);
@@ -716,18 +716,42 @@ TEST(copy_tree_stops_at_its_limits)
         struct cage_error err = {};
         make_output_tree();
         int dst = open_dir("dst-bytes");
-        CHECK(cage_files_copy_tree(root_fd, "output", dst, 6, 100, &err) == -E2BIG);
+        CHECK(cage_files_copy_tree(root_fd, "output", dst, 6, 100, NULL, &err) == -E2BIG);
         CHECK(exists("dst-bytes/a.txt") != exists("dst-bytes/sub/b.txt")); /* one fits */
         close(dst);
         dst = open_dir("dst-entries");
-        CHECK(cage_files_copy_tree(root_fd, "output", dst, 1 << 20, 2, &err) == -E2BIG);
+        CHECK(cage_files_copy_tree(root_fd, "output", dst, 1 << 20, 2, NULL, &err) == -E2BIG);
         CHECK(!(exists("dst-entries/a.txt") && exists("dst-entries/sub/b.txt")));
         close(dst);
         dst = open_dir("dst-exact");
-        CHECK(cage_files_copy_tree(root_fd, "output", dst, 8, 3, &err) == 0);
+        CHECK(cage_files_copy_tree(root_fd, "output", dst, 8, 3, NULL, &err) == 0);
         close(dst);
         dst = open_dir("dst-missing");
-        CHECK(cage_files_copy_tree(root_fd, "nothing", dst, 8, 3, &err) == -ENOENT);
+        CHECK(cage_files_copy_tree(root_fd, "nothing", dst, 8, 3, NULL, &err) == -ENOENT);
+        close(dst);
+        teardown();
+}
+
+TEST(copy_tree_keeps_holes_and_charges_data)
+{
+        setup();
+        struct cage_error err = {};
+        CHECK(mkdir(at("ws/output"), 0755) == 0);
+        int fd = open(at("ws/output/sparse"), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+        CHECK(fd >= 0 && ftruncate(fd, 250 << 20) == 0);
+        CHECK(pwrite(fd, "data", 4, 100 << 20) == 4);
+        close(fd);
+        int dst = open_dir("dst");
+        uint64_t kept = 0; /* a 250 MiB file with one block of data fits in 1 MiB */
+        CHECK(cage_files_copy_tree(root_fd, "output", dst, 1 << 20, 10, &kept, &err) == 0);
+        CHECK(kept >= 4 && kept <= 65536);
+        struct stat st;
+        CHECK(fstatat(dst, "sparse", &st, 0) == 0);
+        CHECK(st.st_size == 250 << 20 && (uint64_t)st.st_blocks * 512 <= 1 << 20);
+        char buf[4] = {0};
+        fd = openat(dst, "sparse", O_RDONLY | O_CLOEXEC);
+        CHECK(pread(fd, buf, 4, 100 << 20) == 4 && memcmp(buf, "data", 4) == 0);
+        close(fd);
         close(dst);
         teardown();
 }
@@ -742,4 +766,5 @@ RUN_TESTS(T(check_path_normalises), T(check_path_rejects), T(write_read_roundtri
           T(delete_refuses_the_root), T(mkdir_creates_parents), T(stat_reports_type_and_mime),
           T(mime_from_many_threads), T(artifacts_are_the_new_and_changed_regular_files),
           T(artifacts_of_a_missing_or_linked_output_are_empty),
-          T(copy_tree_copies_files_and_dirs_only), T(copy_tree_stops_at_its_limits))
+          T(copy_tree_copies_files_and_dirs_only), T(copy_tree_stops_at_its_limits),
+          T(copy_tree_keeps_holes_and_charges_data))
