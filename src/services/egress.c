@@ -759,12 +759,14 @@ static int check_client_hello(struct egress_conn *c, struct rbuf *b,
                                  d->host);
                         return -EPERM;
                 }
+                /* A name (or, for an IP-literal CONNECT, the same address
+                 * spelt as one): an origin serving several names behind one
+                 * allowed address would otherwise serve any of them. */
                 char canon[EGRESS_HOST_MAX + 1];
                 bool is_addr;
                 struct egress_addr a;
-                if (d->is_addr ||
-                    (egress_host_canonical(sni, strlen(sni), canon, &is_addr, &a) == 0 &&
-                     strcmp(canon, d->host) == 0))
+                if (egress_host_canonical(sni, strlen(sni), canon, &is_addr, &a) == 0 &&
+                    strcmp(canon, d->host) == 0)
                         return 0;
                 snprintf(reason, reason_len,
                          "the TLS server name \"%.100s\" does not match the CONNECT host \"%s\"",

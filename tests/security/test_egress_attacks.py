@@ -156,6 +156,26 @@ def test_connect_to_an_allowed_name_with_another_sni(target, world):
 
 
 @egress_pair("egress-sni")
+def test_connect_to_an_allowed_address_with_a_server_name(start, world):
+    """CONNECT to an allowed IP literal, then a ClientHello naming other.test:
+    the TLS origin at that address serves every name, so without the check
+    the tunnel reaches a site the sandbox's list never named."""
+    target = start(allow=world.server_allow() + [f"{netlib.ORIGIN_ADDR}:{world.T}"])
+    m = marker()
+    res = raw(target, [{"op": "open"},
+                       {"op": "send", "data": connect(f"{netlib.ORIGIN_ADDR}:{world.T}")},
+                       {"op": "response", "connect": True},
+                       {"op": "tls", "sni": "other.test", "cafile": CA_PATH},
+                       {"op": "send", "data": f"GET /hello?{m} HTTP/1.1\r\nHost: other.test\r\n\r\n"},
+                       {"op": "response"}], network=[f"{netlib.ORIGIN_ADDR}:{world.T}"])
+    reached = "other.test" in world.https.hosts_for(m)
+    expect(target, reached, res)
+    if target.protected:
+        assert res[2]["status"] == 200, res[2]  # the CONNECT itself was allowed
+        assert not res[3]["ok"], res[3]  # the tunnel closed on the ClientHello
+
+
+@egress_pair("egress-sni")
 def test_connect_without_sni(target, world):
     """A ClientHello without SNI cannot show it names the CONNECT host."""
     m = marker()
