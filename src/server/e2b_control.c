@@ -185,6 +185,17 @@ static int timeout_of(const struct e2b_call *c, const json_t *body, const char *
         return 0;
 }
 
+/* E2B's set-timeout requires its "timeout": a body without one (or with a
+ * misspelt one) would otherwise end the sandbox at once. */
+static int require_timeout(const json_t *body, struct cage_error *err)
+{
+        const json_t *t = json_object_get(body, "timeout");
+        if (!t || json_is_null(t))
+                return cage_fail(err, -EINVAL,
+                                 "timeout: required, the sandbox's new lifetime in seconds");
+        return 0;
+}
+
 static int build_spec(const struct cage_config *cfg, const json_t *body, const char *template_id,
                       json_t **ret, struct cage_error *err)
 {
@@ -369,6 +380,7 @@ static int one(struct e2b_call *c, struct e2b_box *box, const char *what, struct
         if ((!timeout && !refresh && !connect) || strcmp(c->method, "POST") != 0)
                 return not_offered(err, unoffered_name(what));
         if ((r = body_object(c, &body, err)) < 0 ||
+            (timeout && (r = require_timeout(body, err)) < 0) ||
             (r = timeout_of(c, body, refresh ? "duration" : "timeout", 0, &t, err)) < 0)
                 return r;
         bool given = json_object_get(body, refresh ? "duration" : "timeout") != NULL;

@@ -204,3 +204,32 @@ def test_a_reload_reaches_the_e2b_listener(tmp_path):
         assert status == 200, (status, body)
     finally:
         server.stop()
+
+
+@pytest.fixture
+def plain(tmp_path):
+    """One normal server with an E2B listener (no switched-off protection)."""
+    port = free_port()
+    server = Server(tmp_path, tenants={"alice": KEY, "bob": BOB},
+                    extra={"e2b": {"listen": f"127.0.0.1:{port}"}, "pool_size": 0})
+    server.e2b = E2B(port, KEY)
+    yield server
+    server.stop()
+
+
+def test_set_timeout_without_a_timeout_keeps_the_sandbox(plain):
+    """POST /sandboxes/{id}/timeout must name its timeout: a body without
+    one (empty, `{}`, null, a misspelt field) once set a lifetime of 0 and
+    the reaper removed the sandbox -- silently, with a 204."""
+    e2b = plain.e2b
+    sbx = e2b.create()
+    path = f"/sandboxes/{sbx['sandboxID']}/timeout"
+    headers = {"X-API-Key": KEY, "Content-Type": "application/json"}
+    for body in ("", "{}", '{"timeout": null}', '{"timeoutMs": 60000}', '{"timeout": "60"}'):
+        status, raw = e2b.request("POST", path, body, headers)
+        assert status == 400 and b"timeout" in raw, (body, status, raw)
+    time.sleep(1.5)  # the reaper runs every 0.5 s
+    status, info = e2b.control("GET", f"/sandboxes/{sbx['sandboxID']}")
+    assert status == 200, (status, info)
+    assert e2b.run(sbx, "echo alive") == (200, "alive\n")
+    assert e2b.request("POST", path, '{"timeout": 60}', headers)[0] == 204
