@@ -57,8 +57,9 @@ struct e2b_proc {
         json_t *config; /* {cmd, args, envs, cwd} as asked */
         json_t *req;    /* the exec request */
         int cancel[2];
-        int stdin_r, stdin_w; /* the command's stdin pipe, or -1 (stdin: false) */
-        pthread_mutex_t lock; /* subs, stdin_w */
+        int stdin_r, stdin_w;       /* the command's stdin pipe, or -1 (stdin: false) */
+        pthread_mutex_t stdin_lock; /* stdin_w, held while input is written */
+        pthread_mutex_t lock;       /* subs, never held while blocking */
         struct sse_queue *subs[SUBS_MAX];
         struct e2b_box *box;
         struct cage_service *svc;
@@ -115,6 +116,7 @@ static void proc_unref(struct e2b_proc *p)
         cage_redactor_unref(p->redactor);
         e2b_box_unref(p->box);
         pthread_mutex_destroy(&p->lock);
+        pthread_mutex_destroy(&p->stdin_lock);
         free(p);
 }
 
@@ -314,6 +316,7 @@ static struct e2b_proc *proc_new(const struct e2b_call *c, json_t *config, json_
         p->cancel[0] = p->cancel[1] = -1;
         p->stdin_r = p->stdin_w = -1;
         pthread_mutex_init(&p->lock, NULL);
+        pthread_mutex_init(&p->stdin_lock, NULL);
         p->box = c->box;
         __atomic_add_fetch(&c->box->refs, 1, __ATOMIC_ACQ_REL);
         p->svc = c->svc;
@@ -513,12 +516,12 @@ static void close_stdin(struct e2b_call *c, struct e2b_reply *reply)
         struct e2b_proc *p = proc_of_message(c, reply, &msg);
         if (!p)
                 return;
-        pthread_mutex_lock(&p->lock);
+        pthread_mutex_lock(&p->stdin_lock);
         if (p->stdin_w >= 0) {
                 close(p->stdin_w);
                 p->stdin_w = -1;
         }
-        pthread_mutex_unlock(&p->lock);
+        pthread_mutex_unlock(&p->stdin_lock);
         proc_unref(p);
         reply->status = 200;
         reply->json = json_object();
@@ -551,9 +554,11 @@ static void send_input(struct e2b_call *c, struct e2b_reply *reply)
         struct e2b_proc *p = find(c->box, json_object_get(msg, "process"));
         if (!p)
                 return fail(reply, CONNECT_NOT_FOUND, "no such process");
-        pthread_mutex_lock(&p->lock);
+        /* Not p->lock: the command's output is broadcast under it, and a
+         * command blocked writing its output reads no more input. */
+        pthread_mutex_lock(&p->stdin_lock);
         int r = p->stdin_w < 0 ? -EBADF : write_input(p->stdin_w, bytes, len);
-        pthread_mutex_unlock(&p->lock);
+        pthread_mutex_unlock(&p->stdin_lock);
         proc_unref(p);
         if (r == -EBADF)
                 return fail(reply, CONNECT_FAILED_PRECONDITION,

@@ -21,9 +21,13 @@ protection switched off (CODECAGE_DEBUG_DISABLE=e2b-tokens, the token
 check; e2b-tenant, the control plane's tenant check; files-resolve, the
 resolution of file paths inside the workspace), where it must succeed -- so
 none of these tests can pass vacuously."""
+import base64
+import http.client
 import json
 import os
 import signal
+import struct
+import threading
 import time
 
 import pytest
@@ -233,3 +237,70 @@ def test_set_timeout_without_a_timeout_keeps_the_sandbox(plain):
     assert status == 200, (status, info)
     assert e2b.run(sbx, "echo alive") == (200, "alive\n")
     assert e2b.request("POST", path, '{"timeout": 60}', headers)[0] == 204
+
+
+def start_stream(e2b, sbx, command, stdin=False):
+    """A streamed Process/Start of `bash -c command`: (connection, response,
+    pid from its start event)."""
+    msg = json.dumps({"process": {"cmd": "/bin/bash", "args": ["-c", command]},
+                      "stdin": stdin}).encode()
+    headers = E2B.sandbox_headers(sbx, 49983, "X-Access-Token", sbx["envdAccessToken"])
+    headers["Content-Type"] = "application/connect+json"
+    conn = http.client.HTTPConnection("127.0.0.1", e2b.port, timeout=60)
+    conn.request("POST", "/process.Process/Start", struct.pack(">BI", 0, len(msg)) + msg, headers)
+    resp = conn.getresponse()
+    assert resp.status == 200, resp.status
+    flags, first = read_envelope(resp)
+    return conn, resp, first["event"]["start"]["pid"]
+
+
+def read_envelope(resp):
+    """One Connect envelope of a stream: (flags, parsed JSON), (None, None) at EOF."""
+    head = resp.read(5)
+    if len(head) < 5:
+        return None, None
+    flags, n = struct.unpack(">BI", head)
+    return flags, json.loads(resp.read(n))
+
+
+def drain_stream(resp):
+    """Reads a stream to its end: (stdout bytes, end event or None, the
+    end-of-stream envelope or None)."""
+    out, end = b"", None
+    while True:
+        flags, frame = read_envelope(resp)
+        if flags is None or flags & 2:
+            return out, end, frame
+        event = frame.get("event", {})
+        out += base64.b64decode(event.get("data", {}).get("stdout", ""))
+        end = event.get("end", end)
+
+
+def unary(e2b, sbx, method, msg):
+    """A unary Connect call of process.Process: (HTTP status, parsed body)."""
+    headers = E2B.sandbox_headers(sbx, 49983, "X-Access-Token", sbx["envdAccessToken"])
+    headers["Content-Type"] = "application/json"
+    status, raw = e2b.request("POST", f"/process.Process/{method}", json.dumps(msg), headers)
+    return status, json.loads(raw) if raw else None
+
+
+def test_large_input_reaches_a_command_that_echoes_it(plain):
+    """SendInput of 1 MB to `cat`: cat's output is streamed while the input
+    is written (the write once held the lock the output needs, so cat
+    blocked on its stdout, read no more, and SendInput failed after 10 s)."""
+    e2b = plain.e2b
+    sbx = e2b.create()
+    conn, resp, pid = start_stream(e2b, sbx, "cat", stdin=True)
+    result = {}
+    reader = threading.Thread(target=lambda: result.update(zip(("out", "end", "eos"),
+                                                                drain_stream(resp))))
+    reader.start()
+    data = os.urandom(1024 * 1024)
+    status, body = unary(e2b, sbx, "SendInput", {"process": {"pid": pid},
+                                                 "input": {"stdin": base64.b64encode(data).decode()}})
+    assert status == 200, (status, body)
+    assert unary(e2b, sbx, "CloseStdin", {"process": {"pid": pid}})[0] == 200
+    reader.join(60)
+    conn.close()
+    assert not reader.is_alive()
+    assert result["out"] == data and result["end"]["exitCode"] == 0, result.get("end")
