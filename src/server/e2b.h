@@ -46,6 +46,9 @@ int e2b_start(const struct cage_config *cfg, struct cage_service *svc, int shutd
               struct e2b_server **ret, struct cage_error *err);
 /* "http://ADDR:PORT" of the bound listener. */
 const char *e2b_describe(const struct e2b_server *srv);
+/* Drain: no new connection is accepted (those open are served, a request
+ * answers 503). Accepts NULL. */
+void e2b_quiesce(struct e2b_server *srv);
 /* Stops the listener, ends every command, removes every sandbox made
  * through it. Accepts NULL. */
 struct e2b_server *e2b_stop(struct e2b_server *srv);

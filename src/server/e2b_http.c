@@ -55,6 +55,7 @@ struct e2b_server {
         struct http_guard guard;
         int shutdown_fd;
         struct MHD_Daemon *daemon;
+        int quiesced_fd; /* the listening socket MHD_quiesce_daemon gave back, or -1 */
         char describe[E2B_DESCRIBE_MAX];
 };
 
@@ -236,6 +237,10 @@ static enum MHD_Result begin(struct e2b_request *req, struct MHD_Connection *con
                 audit_deny(req, reason);
                 return refuse(req, conn, status, message);
         }
+        if (cage_service_draining(req->srv->svc))
+                return refuse(req, conn, 503,
+                              "the server is shutting down; send this request to another "
+                              "instance or try again when it is back");
         const char *cl = header(conn, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl &&
             strtoull(cl, NULL, 10) > cage_service_config(req->srv->svc)->limits.max_body_bytes)
@@ -410,6 +415,7 @@ int e2b_start(const struct cage_config *cfg, struct cage_service *svc, int shutd
                 return cage_fail(err, -ENOMEM, "e2b listener");
         srv->svc = svc;
         srv->shutdown_fd = shutdown_fd;
+        srv->quiesced_fd = -1;
         http_guard_init(&srv->guard, cfg->e2b.listen, cfg->e2b.loopback);
         int fd = -1, r = http_listen_tcp(&cfg->e2b.addr, cfg->e2b.addr_len, "e2b.listen",
                                          cfg->e2b.listen, &fd, err);
@@ -425,7 +431,7 @@ int e2b_start(const struct cage_config *cfg, struct cage_service *svc, int shutd
                 return cage_fail(err, -ENOMEM, "e2b registry");
         }
         unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
-                         MHD_USE_POLL | MHD_USE_ERROR_LOG;
+                         MHD_USE_POLL | MHD_USE_ERROR_LOG | MHD_USE_ITC; /* ITC: quiesce */
         srv->daemon =
                 MHD_start_daemon(flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_LISTEN_SOCKET,
                                  fd, MHD_OPTION_CONNECTION_LIMIT, (unsigned)E2B_CONNECTIONS_MAX,
@@ -448,11 +454,24 @@ const char *e2b_describe(const struct e2b_server *srv)
         return srv ? srv->describe : "";
 }
 
+void e2b_quiesce(struct e2b_server *srv)
+{
+        if (!srv || srv->quiesced_fd >= 0)
+                return;
+        /* As the main listener's (http.c): MHD accepts no more, the kernel
+         * refuses new connections, the socket is closed after the daemon. */
+        srv->quiesced_fd = MHD_quiesce_daemon(srv->daemon);
+        if (srv->quiesced_fd >= 0)
+                shutdown(srv->quiesced_fd, SHUT_RDWR);
+}
+
 struct e2b_server *e2b_stop(struct e2b_server *srv)
 {
         if (!srv)
                 return NULL;
         MHD_stop_daemon(srv->daemon);
+        if (srv->quiesced_fd >= 0)
+                close(srv->quiesced_fd);
         e2b_registry_free(srv->reg);
         free(srv);
         return NULL;

@@ -863,6 +863,7 @@ void cage_http_quiesce(struct cage_http_server *srv)
                 if (fd >= 0)
                         shutdown(fd, SHUT_RDWR);
         }
+        e2b_quiesce(srv->e2b);
         remove_socket(srv->unix_path);
 }
 

@@ -304,3 +304,44 @@ def test_large_input_reaches_a_command_that_echoes_it(plain):
     conn.close()
     assert not reader.is_alive()
     assert result["out"] == data and result["end"]["exitCode"] == 0, result.get("end")
+
+
+def kept_connection(e2b):
+    """A connection to the E2B listener kept open after one answered request."""
+    conn = http.client.HTTPConnection("127.0.0.1", e2b.port, timeout=60)
+    conn.request("GET", "/v2/sandboxes", headers={"X-API-Key": KEY})
+    r = conn.getresponse()
+    assert r.status == 200 and r.read()
+    return conn
+
+
+def test_a_draining_server_takes_no_new_e2b_work(plain):
+    """After SIGTERM the E2B listener, like the main one, starts nothing:
+    a connection kept open answers 503 to a create and to Process/Start
+    (they once got 201 and ran), and a new connection is refused."""
+    e2b = plain.e2b
+    sbx = e2b.create()
+    conn, resp, _ = start_stream(e2b, sbx, "sleep 60")  # keeps the server draining
+    kept = [kept_connection(e2b), kept_connection(e2b)]
+    plain.proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    while "stopping" not in plain.log_text():
+        assert time.monotonic() < deadline, plain.log_text()
+        time.sleep(0.05)
+    time.sleep(0.2)  # the drain has begun (cage_service_drain, then the quiesce)
+    kept[0].request("POST", "/v2/sandboxes", json.dumps({"templateID": "base"}),
+                    {"X-API-Key": KEY, "Content-Type": "application/json"})
+    r = kept[0].getresponse()
+    assert r.status == 503 and b"shutting down" in r.read(), r.status
+    msg = json.dumps({"process": {"cmd": "/bin/echo", "args": ["ran"]}}).encode()
+    headers = E2B.sandbox_headers(sbx, 49983, "X-Access-Token", sbx["envdAccessToken"])
+    headers["Content-Type"] = "application/connect+json"
+    kept[1].request("POST", "/process.Process/Start", struct.pack(">BI", 0, len(msg)) + msg,
+                    headers)
+    r = kept[1].getresponse()
+    assert r.status == 503 and b"ran" not in r.read(), r.status
+    with pytest.raises(OSError):
+        e2b.control("GET", "/v2/sandboxes")
+    for c in (*kept, conn):
+        c.close()
+    plain.proc.send_signal(signal.SIGTERM)  # a second one cuts the drain short
