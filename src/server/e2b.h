@@ -120,8 +120,9 @@ struct e2b_call {
         const char *query; /* raw query ("" when none) */
         const char *body;  /* NUL-terminated */
         size_t body_len;
-        const char *tenant;  /* control plane: the API key's tenant */
-        struct e2b_box *box; /* sandbox plane: the sandbox addressed */
+        const char *tenant;                   /* control plane: the API key's tenant */
+        struct e2b_box *box;                  /* sandbox plane: the sandbox addressed */
+        const struct cage_service_peer *peer; /* for audit records: escaped method and path */
 };
 
 /* What a handler answers: status and body (JSON, raw bytes, or a ready

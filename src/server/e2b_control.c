@@ -403,8 +403,7 @@ static int sandbox_route(struct e2b_call *c, const char *p, struct e2b_reply *re
         id[n] = '\0';
         struct e2b_box *box = e2b_registry_get_for(c->reg, c->tenant, id);
         if (!box) {
-                struct cage_service_peer peer = {.method = c->method, .route = c->path};
-                (void)cage_service_audit_foreign(c->svc, c->tenant, id, NULL, &peer);
+                (void)cage_service_audit_foreign(c->svc, c->tenant, id, NULL, c->peer);
                 return cage_fail(err, -ENOENT, "sandbox \"%s\" not found", id);
         }
         int r = one(c, box, p + n, reply, err);

@@ -48,6 +48,7 @@
 #define E2B_URI_MAX         8192
 #define E2B_LOG_PATH_MAX    256
 #define E2B_DESCRIBE_MAX    96
+#define E2B_METHOD_MAX      16
 
 struct e2b_server {
         struct cage_service *svc; /* its config and redactor: the latest reload's */
@@ -63,7 +64,8 @@ struct e2b_request {
         struct e2b_server *srv;
         char *raw_uri;
         uint64_t start_ms;
-        char method[16];
+        char method[E2B_METHOD_MAX];
+        char log_method[3 * E2B_METHOD_MAX + 1];
         char tenant[64];
         char log_path[3 * E2B_LOG_PATH_MAX + 1];
         char remote[HTTP_REMOTE_MAX];
@@ -74,11 +76,14 @@ struct e2b_request {
 
 /* ---- logging -------------------------------------------------------------- */
 
-static void log_escape(const char *in, size_t max, char *out)
+/* What a client sent, for a log line or an audit record (as http.c's):
+ * printable ASCII but '"', every other byte %XX, up to the first byte of
+ * `stops` and at most max bytes of input. out holds 3 * max + 1 bytes. */
+static void log_escape(const char *in, const char *stops, size_t max, char *out)
 {
         size_t w = 0, n = 0;
-        for (const unsigned char *p = (const unsigned char *)in; *p && *p != '?' && n < max;
-             p++, n++) {
+        for (const unsigned char *p = (const unsigned char *)in;
+             *p && !strchr(stops, *p) && n < max; p++, n++) {
                 if (*p > 0x20 && *p < 0x7f && *p != '"')
                         out[w++] = (char)*p;
                 else
@@ -93,7 +98,7 @@ static void log_request(const struct e2b_request *req, enum MHD_RequestTerminati
         int n = snprintf(line, sizeof(line),
                          "codecage: e2b method=%s path=\"%s\" tenant=%s status=%u duration_ms=%llu "
                          "end=%s\n",
-                         req->method[0] ? req->method : "-", req->log_path,
+                         req->log_method[0] ? req->log_method : "-", req->log_path,
                          req->tenant[0] ? req->tenant : "-", req->status,
                          (unsigned long long)(clock_mono_ms() - req->start_ms),
                          toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "ok" : "aborted");
@@ -202,7 +207,7 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
                 free(req);
                 return NULL;
         }
-        log_escape(req->raw_uri, E2B_LOG_PATH_MAX, req->log_path);
+        log_escape(req->raw_uri, "?", E2B_LOG_PATH_MAX, req->log_path);
         return req;
 }
 
@@ -214,7 +219,7 @@ static const char *header(struct MHD_Connection *conn, const char *name)
 static void audit_deny(struct e2b_request *req, const char *reason)
 {
         cage_service_audit_auth_deny(req->srv->svc, reason, req->remote[0] ? req->remote : NULL,
-                                     req->method, req->log_path);
+                                     req->log_method, req->log_path);
 }
 
 static enum MHD_Result begin(struct e2b_request *req, struct MHD_Connection *conn,
@@ -222,6 +227,7 @@ static enum MHD_Result begin(struct e2b_request *req, struct MHD_Connection *con
 {
         req->started = true;
         snprintf(req->method, sizeof(req->method), "%s", method);
+        log_escape(req->method, "", sizeof(req->method), req->log_method);
         bool unix_socket = http_peer(conn, req->remote);
         if (strlen(req->raw_uri) >= E2B_URI_MAX)
                 return refuse(req, conn, 414, "the request target is too long");
@@ -288,7 +294,6 @@ static enum MHD_Result sandbox(struct e2b_request *req, struct e2b_call *c, cons
         if (!box)
                 return refuse(req, c->conn, 502,
                               "the sandbox was not found: it was killed or its timeout ended");
-        snprintf(req->tenant, sizeof(req->tenant), "%s", box->tenant);
         c->box = box;
         enum MHD_Result ret;
         bool envd = port && strcmp(port, "49983") == 0, code = port && strcmp(port, "49999") == 0;
@@ -306,6 +311,8 @@ static enum MHD_Result sandbox(struct e2b_request *req, struct e2b_call *c, cons
                                     "required"
                                   : "a valid E2B-Traffic-Access-Token is required");
         } else {
+                /* Only now: a refused token's line names no tenant. */
+                snprintf(req->tenant, sizeof(req->tenant), "%s", box->tenant);
                 int r = envd ? e2b_process(c, &reply) : e2b_code(c, &reply);
                 if (r == -ENOENT && envd)
                         r = e2b_fs(c, &reply);
@@ -319,6 +326,9 @@ static enum MHD_Result sandbox(struct e2b_request *req, struct e2b_call *c, cons
 static enum MHD_Result finish(struct e2b_request *req, struct MHD_Connection *conn)
 {
         struct e2b_server *srv = req->srv;
+        struct cage_service_peer peer = {.remote = req->remote[0] ? req->remote : NULL,
+                                         .method = req->log_method,
+                                         .route = req->log_path};
         char *q = strchr(req->raw_uri, '?');
         if (q)
                 *q++ = '\0';
@@ -332,7 +342,8 @@ static enum MHD_Result finish(struct e2b_request *req, struct MHD_Connection *co
                              .path = req->raw_uri,
                              .query = q ? q : "",
                              .body = req->body.data ? req->body.data : "",
-                             .body_len = req->body.len};
+                             .body_len = req->body.len,
+                             .peer = &peer};
         MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
         const char *id = header(conn, "E2b-Sandbox-Id");
         enum MHD_Result ret;

@@ -26,6 +26,7 @@ import http.client
 import json
 import os
 import signal
+import socket
 import struct
 import threading
 import time
@@ -345,3 +346,48 @@ def test_a_draining_server_takes_no_new_e2b_work(plain):
     for c in (*kept, conn):
         c.close()
     plain.proc.send_signal(signal.SIGTERM)  # a second one cuts the drain short
+
+
+def raw_request(port, head):
+    """Sends head (bytes: request line and headers) on a new connection;
+    returns the status line's code."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        s.sendall(head)
+        answer = b""
+        while b"\r\n" not in answer:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            answer += chunk
+    return int(answer.split(b" ")[1])
+
+
+def test_what_a_client_sends_reaches_log_and_audit_escaped(plain):
+    """A method with terminal escapes and invalid UTF-8 neither writes raw
+    bytes to the log nor loses the auth.deny record's fields (json_pack
+    once failed on it); a bad token on the sandbox plane is not logged
+    under the owner's tenant; a foreign sandbox's record has its remote."""
+    e2b = plain.e2b
+    sbx = e2b.create()
+    port = e2b.port
+    method = b"G\x1b[31mE\xffT"
+    for head in (b"%s /v2/sandboxes HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nX-API-Key: wrong\r\n\r\n",
+                 b"%s /files?path=x HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nE2b-Sandbox-Id: "
+                 + sbx["sandboxID"].encode() + b"\r\nE2b-Sandbox-Port: 49983\r\n"
+                 b"X-Access-Token: wrong\r\n\r\n"):
+        assert raw_request(port, head % (method, port)) == 401
+    status, _ = e2b.control("GET", "/sandboxes/" + sbx["sandboxID"] + "/%1B[2J", key=BOB)
+    assert status == 404
+    log = plain.log_path.read_bytes()
+    assert b"\x1b" not in log and b"\xff" not in log, log[-2000:]
+    e2b_lines = [line for line in log.decode().splitlines() if "status=401" in line]
+    assert len(e2b_lines) == 2 and all("tenant=-" in line for line in e2b_lines), e2b_lines
+    denies = [r for r in plain.audit_records() if r.get("event") == "auth.deny"]
+    bad = [r for r in denies if r.get("reason") == "bad_token"]
+    assert len(bad) == 2, denies
+    for r in bad:
+        assert r["method"] == "G%1B[31mE%FFT" and r["remote"].startswith("127.0.0.1:"), r
+    assert {r["route"] for r in bad} == {"/v2/sandboxes", "/files"}, bad
+    foreign = [r for r in denies if r.get("reason") == "forbidden"]
+    assert len(foreign) == 1 and foreign[0]["remote"].startswith("127.0.0.1:"), foreign
+    assert "\x1b" not in foreign[0]["route"], foreign
