@@ -59,8 +59,9 @@ struct e2b_proc {
         int cancel[2];
         int stdin_r, stdin_w;       /* the command's stdin pipe, or -1 (stdin: false) */
         pthread_mutex_t stdin_lock; /* stdin_w, held while input is written */
-        pthread_mutex_t lock;       /* subs, never held while blocking */
+        pthread_mutex_t lock;       /* subs, done; never held while blocking */
         struct sse_queue *subs[SUBS_MAX];
+        bool done; /* the worker ended every stream: none may attach */
         struct e2b_box *box;
         struct cage_service *svc;
         struct cage_redactor *redactor;
@@ -251,6 +252,7 @@ static void *worker_main(void *arg)
                                            err.message);
                 sse_queue_end(p->subs[i]);
         }
+        p->done = true;
         pthread_mutex_unlock(&p->lock);
         proc_unref(p);
         e2b_worker_done();
@@ -356,7 +358,25 @@ static int list_add(struct e2b_proc *p)
         return 0;
 }
 
-/* A new stream for p: the start event first. */
+/* Puts q in a free slot of p: -EAGAIN when every slot is taken, -ENOENT
+ * when the command ended (its worker would never end q). */
+static int subscribe(struct e2b_proc *p, struct sse_queue *q)
+{
+        int r = -EAGAIN;
+        pthread_mutex_lock(&p->lock);
+        if (p->done)
+                r = -ENOENT;
+        for (size_t i = 0; i < SUBS_MAX && r == -EAGAIN; i++)
+                if (!p->subs[i]) {
+                        p->subs[i] = q; /* the table keeps the creation reference */
+                        r = 0;
+                }
+        pthread_mutex_unlock(&p->lock);
+        return r;
+}
+
+/* A new stream for p, the start event first: 0, or -EAGAIN (SUBS_MAX
+ * streams attached), -ENOENT (the command ended), -ENOMEM. */
 static int attach(const struct e2b_call *c, struct e2b_proc *p, struct e2b_reply *reply)
 {
         const union MHD_ConnectionInfo *ci =
@@ -367,24 +387,13 @@ static int attach(const struct e2b_call *c, struct e2b_proc *p, struct e2b_reply
                 return -ENOMEM;
         json_auto_t *start = event_of("start", json_pack("{s:i}", "pid", (int)p->pid));
         json_auto_t *keepalive = event_of("keepalive", json_object());
-        if (!start || !keepalive || e2b_connect_push(q, start) < 0) {
+        int r = !start || !keepalive || e2b_connect_push(q, start) < 0 ? -ENOMEM : subscribe(p, q);
+        if (r < 0) {
                 sse_queue_unref(q);
-                return -ENOMEM;
+                return r;
         }
         reply->response = e2b_connect_stream_response(q, keepalive);
         reply->status = 200;
-        pthread_mutex_lock(&p->lock);
-        size_t slot = SUBS_MAX;
-        for (size_t i = 0; i < SUBS_MAX && slot == SUBS_MAX; i++)
-                if (!p->subs[i])
-                        slot = i;
-        if (slot < SUBS_MAX)
-                p->subs[slot] = q; /* the table keeps the creation reference */
-        pthread_mutex_unlock(&p->lock);
-        if (slot == SUBS_MAX) {
-                sse_queue_end(q);
-                sse_queue_unref(q);
-        }
         return reply->response ? 0 : -ENOMEM;
 }
 
@@ -584,7 +593,13 @@ static void connect_proc(struct e2b_call *c, struct e2b_reply *reply)
         struct e2b_proc *p = find(c->box, json_object_get(msg, "process"));
         if (!p)
                 return fail_stream(reply, CONNECT_NOT_FOUND, "no such process");
-        if (attach(c, p, reply) < 0)
+        int r = attach(c, p, reply);
+        if (r == -EAGAIN)
+                fail_stream(reply, CONNECT_RESOURCE_EXHAUSTED,
+                            "too many streams are attached to this command already");
+        else if (r == -ENOENT)
+                fail_stream(reply, CONNECT_NOT_FOUND, "no such process: it has ended");
+        else if (r < 0)
                 fail_stream(reply, CONNECT_INTERNAL, "cannot attach to the command");
         proc_unref(p);
 }

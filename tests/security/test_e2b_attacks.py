@@ -391,3 +391,40 @@ def test_what_a_client_sends_reaches_log_and_audit_escaped(plain):
     foreign = [r for r in denies if r.get("reason") == "forbidden"]
     assert len(foreign) == 1 and foreign[0]["remote"].startswith("127.0.0.1:"), foreign
     assert "\x1b" not in foreign[0]["route"], foreign
+
+
+def connect_stream(e2b, sbx, pid):
+    """Process/Connect to the command pid: (connection, response)."""
+    msg = json.dumps({"process": {"pid": pid}}).encode()
+    headers = E2B.sandbox_headers(sbx, 49983, "X-Access-Token", sbx["envdAccessToken"])
+    headers["Content-Type"] = "application/connect+json"
+    conn = http.client.HTTPConnection("127.0.0.1", e2b.port, timeout=60)
+    conn.request("POST", "/process.Process/Connect", struct.pack(">BI", 0, len(msg)) + msg,
+                 headers)
+    return conn, conn.getresponse()
+
+
+def test_a_connect_past_the_streams_limit_is_refused(plain):
+    """A command takes 8 streams; a 9th Connect ends at once with a
+    resource_exhausted error (it once got a stream with only its start
+    event and no end), and the 8 attached streams all get the output and
+    the end."""
+    e2b = plain.e2b
+    sbx = e2b.create()
+    conn, resp, pid = start_stream(e2b, sbx, "read line; echo got $line", stdin=True)
+    streams = [(conn, resp)]
+    for _ in range(7):
+        c, r = connect_stream(e2b, sbx, pid)
+        assert r.status == 200 and read_envelope(r)[1]["event"]["start"]["pid"] == pid
+        streams.append((c, r))
+    c, r = connect_stream(e2b, sbx, pid)
+    out, end, eos = drain_stream(r)
+    c.close()
+    assert end is None and eos and eos["error"]["code"] == "resource_exhausted", (r.status, eos)
+    status, _ = unary(e2b, sbx, "SendInput", {"process": {"pid": pid},
+                                              "input": {"stdin": base64.b64encode(b"x\n").decode()}})
+    assert status == 200
+    for c, r in streams:
+        out, end, _ = drain_stream(r)
+        c.close()
+        assert out == b"got x\n" and end["exitCode"] == 0, (out, end)
