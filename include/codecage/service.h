@@ -215,6 +215,10 @@ int cage_service_file_read(struct cage_service *svc, const char *tenant, const c
 /* ret: {"path": p, "entries": [{name, path, type, size, mtime}, ...]} */
 int cage_service_file_list(struct cage_service *svc, const char *tenant, const char *name,
                            const char *path, json_t **ret, struct cage_error *err);
+/* The same reading at most max entries (a listing's own cap still holds):
+ * a caller with a budget keeps no more of a large directory. */
+int cage_service_file_list_max(struct cage_service *svc, const char *tenant, const char *name,
+                               const char *path, size_t max, json_t **ret, struct cage_error *err);
 /* ret: {name, path, type, size, mtime, mime} */
 int cage_service_file_stat(struct cage_service *svc, const char *tenant, const char *name,
                            const char *path, json_t **ret, struct cage_error *err);

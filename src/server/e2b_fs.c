@@ -143,12 +143,16 @@ static void rpc_stat(struct e2b_call *c, struct e2b_reply *reply)
                 answer_entry(c, rel, reply);
 }
 
-/* Appends the entries of rel (and, depth > 1, of its directories). */
-static int list_into(struct e2b_call *c, const char *rel, unsigned depth, json_t *out,
-                     struct cage_error *err)
+/* Appends to out the entries of rel, up to LIST_ENTRIES_MAX in all, and
+ * to dirs the paths of its directories. Only what fits is read, and the
+ * listing is freed before the caller descends. */
+static int list_level(struct e2b_call *c, const char *rel, json_t *out, json_t *dirs,
+                      struct cage_error *err)
 {
         json_auto_t *doc = NULL;
-        int r = cage_service_file_list(c->svc, c->box->tenant, c->box->id, rel, &doc, err);
+        size_t room = LIST_ENTRIES_MAX - json_array_size(out);
+        int r = cage_service_file_list_max(c->svc, c->box->tenant, c->box->id, rel, room, &doc,
+                                           err);
         if (r < 0)
                 return r;
         size_t i;
@@ -156,13 +160,37 @@ static int list_into(struct e2b_call *c, const char *rel, unsigned depth, json_t
         json_array_foreach(json_object_get(doc, "entries"), i, e)
         {
                 if (json_array_size(out) >= LIST_ENTRIES_MAX)
-                        return 0;
+                        break;
                 json_array_append_new(out, entry_info(e));
                 const char *type = json_string_value(json_object_get(e, "type"));
-                if (depth > 1 && type && strcmp(type, "dir") == 0 &&
-                    (r = list_into(c, json_string_value(json_object_get(e, "path")), depth - 1, out,
-                                   err)) < 0)
-                        return r;
+                if (dirs && type && strcmp(type, "dir") == 0)
+                        json_array_append(dirs, json_object_get(e, "path"));
+        }
+        return 0;
+}
+
+/* Appends the entries of rel (and, depth > 1, of its directories). A
+ * directory below rel that cannot be listed by the path the listing gave
+ * (gone meanwhile, or a name the listing could only show sanitized) is
+ * left out, not an error. */
+static int list_into(struct e2b_call *c, const char *rel, unsigned depth, json_t *out,
+                     struct cage_error *err)
+{
+        json_auto_t *dirs = depth > 1 ? json_array() : NULL;
+        if (depth > 1 && !dirs)
+                return -ENOMEM;
+        int r = list_level(c, rel, out, dirs, err);
+        if (r < 0)
+                return r;
+        size_t i;
+        json_t *d;
+        json_array_foreach(dirs, i, d)
+        {
+                if (json_array_size(out) >= LIST_ENTRIES_MAX)
+                        break;
+                struct cage_error sub = {0};
+                if ((r = list_into(c, json_string_value(d), depth - 1, out, &sub)) == -ENOMEM)
+                        return cage_fail(err, r, "%s", sub.message);
         }
         return 0;
 }

@@ -576,7 +576,7 @@ struct entry {
 
 struct entry_list {
         struct entry *v;
-        size_t n, cap;
+        size_t n, cap, max;
         bool truncated;
 };
 
@@ -588,12 +588,12 @@ static void entry_list_free(struct entry_list *l)
 }
 
 /* Adds an entry, lstat'ed on the directory fd (a name gone meanwhile is
- * left out); stops at CAGE_FILES_LIST_MAX. */
+ * left out); stops at l->max. */
 static int collect_entry(int dfd, const char *name, unsigned char type, void *userdata)
 {
         struct entry_list *l = userdata;
         struct stat st;
-        if (l->n == CAGE_FILES_LIST_MAX) {
+        if (l->n == l->max) {
                 l->truncated = true;
                 return WALK_STOP;
         }
@@ -634,6 +634,12 @@ static json_t *list_json(const char *rel, struct entry_list *l)
 
 int cage_files_list(int root_fd, const char *path, json_t **ret, struct cage_error *err)
 {
+        return cage_files_list_max(root_fd, path, CAGE_FILES_LIST_MAX, ret, err);
+}
+
+int cage_files_list_max(int root_fd, const char *path, size_t max, json_t **ret,
+                        struct cage_error *err)
+{
         char rel[CAGE_FILES_PATH_MAX + 1];
         int r = cage_files_check_path(path, rel, err);
         if (r < 0)
@@ -641,7 +647,7 @@ int cage_files_list(int root_fd, const char *path, json_t **ret, struct cage_err
         int fd = open_in_root(root_fd, rel, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK, 0);
         if (fd < 0)
                 return fail_path(err, fd, path, "cannot list");
-        struct entry_list l = {};
+        struct entry_list l = {.max = max < CAGE_FILES_LIST_MAX ? max : CAGE_FILES_LIST_MAX};
         json_t *o = NULL;
         r = for_each_entry(fd, collect_entry, &l);
         if (r >= 0 && !(o = list_json(rel, &l)))

@@ -56,6 +56,9 @@ int cage_files_read(int root_fd, const char *path, size_t max, void **ret_data, 
  * CAGE_FILES_LIST_MAX entries in directory order are returned (sorted) with
  * "truncated": true. */
 int cage_files_list(int root_fd, const char *path, json_t **ret, struct cage_error *err);
+/* The same with at most max (<= CAGE_FILES_LIST_MAX) entries read. */
+int cage_files_list_max(int root_fd, const char *path, size_t max, json_t **ret,
+                        struct cage_error *err);
 /* {name, path, type, size, mtime, mime} (mime only for regular files). */
 int cage_files_stat(int root_fd, const char *path, json_t **ret, struct cage_error *err);
 /* Creates the directory and its missing parents; an existing one is fine. */

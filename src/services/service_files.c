@@ -97,11 +97,17 @@ int cage_service_file_read(struct cage_service *svc, const char *tenant, const c
 int cage_service_file_list(struct cage_service *svc, const char *tenant, const char *name,
                            const char *path, json_t **ret, struct cage_error *err)
 {
+        return cage_service_file_list_max(svc, tenant, name, path, CAGE_FILES_LIST_MAX, ret, err);
+}
+
+int cage_service_file_list_max(struct cage_service *svc, const char *tenant, const char *name,
+                               const char *path, size_t max, json_t **ret, struct cage_error *err)
+{
         struct sb *sb;
         _cleanup_close_ int ws = open_ws(svc, tenant, name, &sb, err);
         if (ws < 0)
                 return ws;
-        int r = cage_files_list(ws, path ? path : "", ret, err);
+        int r = cage_files_list_max(ws, path ? path : "", max, ret, err);
         svc_audit_denied(svc, r, tenant, name, err);
         svc_unref(sb);
         return r;

@@ -428,3 +428,52 @@ def test_a_connect_past_the_streams_limit_is_refused(plain):
         out, end, _ = drain_stream(r)
         c.close()
         assert out == b"got x\n" and end["exitCode"] == 0, (out, end)
+
+
+def list_dir(e2b, sbx, path, depth):
+    headers = E2B.sandbox_headers(sbx, 49983, "X-Access-Token", sbx["envdAccessToken"])
+    headers["Content-Type"] = "application/json"
+    status, raw = e2b.request("POST", "/filesystem.Filesystem/ListDir",
+                              json.dumps({"path": path, "depth": depth}), headers)
+    return status, json.loads(raw) if raw else None
+
+
+def vm_hwm_kb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+
+
+def test_a_deep_listing_keeps_within_its_entries(plain):
+    """ListDir depth 16 over a chain of 16 directories, each with 9,999
+    hard links: the answer has at most 10,000 entries and the server reads
+    no more than that (it once kept all 16 listings of 10,000 at once,
+    ~200 MB)."""
+    e2b = plain.e2b
+    sbx = e2b.create()
+    script = ("import os\nos.makedirs('chain', exist_ok=True)\nd = 'chain'\n"
+              "for level in range(16):\n    f = f'src{level}'\n    open(f, 'w').close()\n"
+              "    for i in range(9999):\n        os.link(f, f'{d}/l{i:05}')\n"
+              "    d = d + '/d'\n    os.mkdir(d)\n")
+    status, out = e2b.run(sbx, f"python3 -c \"{script}\" 2>&1 && echo made")
+    assert (status, out) == (200, "made\n"), out
+    before = vm_hwm_kb(plain.proc.pid)
+    status, body = list_dir(e2b, sbx, "/workspace/chain", 16)
+    assert status == 200 and len(body["entries"]) == 10000, (status, len(body["entries"]))
+    grown_mb = (vm_hwm_kb(plain.proc.pid) - before) / 1024
+    assert grown_mb < 100, grown_mb
+
+
+def test_a_listing_passes_over_names_it_cannot_address(plain):
+    """A directory whose name is not UTF-8 (shown sanitized) or whose path
+    is too long to name does not make a deeper ListDir fail (404 / 400
+    once): the other entries are listed."""
+    e2b = plain.e2b
+    sbx = e2b.create()
+    long_dir = "/".join(["d" * 200] * 6)
+    status, out = e2b.run(sbx, f"mkdir -p $'bad\\xff' {long_dir} ok && touch $'bad\\xff/x' ok/y "
+                               f"&& echo made")
+    assert (status, out) == (200, "made\n"), out
+    status, body = list_dir(e2b, sbx, "/workspace", 8)
+    assert status == 200, (status, body)
+    paths = {e["path"] for e in body["entries"]}
+    assert "/workspace/ok/y" in paths and "/workspace/ok" in paths, paths
