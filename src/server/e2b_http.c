@@ -443,13 +443,14 @@ int e2b_start(const struct cage_config *cfg, struct cage_service *svc, int shutd
         }
         unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
                          MHD_USE_POLL | MHD_USE_ERROR_LOG | MHD_USE_ITC; /* ITC: quiesce */
-        srv->daemon =
-                MHD_start_daemon(flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_LISTEN_SOCKET,
-                                 fd, MHD_OPTION_CONNECTION_LIMIT, (unsigned)E2B_CONNECTIONS_MAX,
-                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)E2B_IDLE_TIMEOUT_S,
-                                 MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)E2B_HEADERS_MAX,
-                                 MHD_OPTION_URI_LOG_CALLBACK, on_uri, srv,
-                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_END);
+        srv->daemon = MHD_start_daemon(
+                flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_LISTEN_SOCKET, fd,
+                MHD_OPTION_CONNECTION_LIMIT, (unsigned)E2B_CONNECTIONS_MAX,
+                MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)E2B_IDLE_TIMEOUT_S,
+                MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)E2B_HEADERS_MAX,
+                MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)HTTP_PER_IP_CONNECTIONS_MAX,
+                MHD_OPTION_URI_LOG_CALLBACK, on_uri, srv, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
+                srv, MHD_OPTION_END);
         if (!srv->daemon) {
                 close(fd);
                 e2b_registry_free(srv->reg);

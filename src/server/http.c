@@ -717,7 +717,8 @@ static int start_daemon(struct cage_http_server *srv, struct http_context *ctx, 
                 MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_LIMIT,
                 (unsigned)HTTP_CONNECTIONS_MAX, MHD_OPTION_CONNECTION_TIMEOUT,
                 (unsigned)HTTP_IDLE_TIMEOUT_S, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-                (size_t)HTTP_HEADERS_MAX, MHD_OPTION_URI_LOG_CALLBACK, on_uri, ctx,
+                (size_t)HTTP_HEADERS_MAX, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+                (unsigned)HTTP_PER_IP_CONNECTIONS_MAX, MHD_OPTION_URI_LOG_CALLBACK, on_uri, ctx,
                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, ctx, MHD_OPTION_END);
         if (!d) {
                 close(fd);

@@ -477,3 +477,27 @@ def test_a_listing_passes_over_names_it_cannot_address(plain):
     assert status == 200, (status, body)
     paths = {e["path"] for e in body["entries"]}
     assert "/workspace/ok/y" in paths and "/workspace/ok" in paths, paths
+
+
+@pytest.mark.parametrize("listener", ["api", "e2b"])
+def test_one_address_does_not_take_every_connection(plain, listener):
+    """260 idle connections from one address (127.0.0.2), each with half a
+    request, once filled the 256 connections of a listener, so every other
+    client was turned away for a minute; a client from another address
+    (127.0.0.1) is now still served."""
+    port = plain.port if listener == "api" else plain.e2b.port
+    hogs = []
+    try:
+        for _ in range(260):
+            s = socket.create_connection(("127.0.0.1", port), timeout=10,
+                                         source_address=("127.0.0.2", 0))
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            hogs.append(s)
+        time.sleep(0.5)  # the server has accepted what it will
+        if listener == "api":
+            assert plain.request("GET", "/healthz", unix=False, timeout=10).status == 200
+        else:
+            assert plain.e2b.control("GET", "/v2/sandboxes")[0] == 200
+    finally:
+        for s in hogs:
+            s.close()
