@@ -42,7 +42,7 @@
 #include "util/clock.h"
 #include "util/error.h"
 
-#define E2B_CONNECTIONS_MAX 256
+#define E2B_CONNECTIONS_MAX CAGE_CONFIG_CONNECTIONS_MAX
 #define E2B_HEADERS_MAX     (64 * 1024)
 #define E2B_IDLE_TIMEOUT_S  60
 #define E2B_URI_MAX         8192
@@ -448,7 +448,7 @@ int e2b_start(const struct cage_config *cfg, struct cage_service *svc, int shutd
                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)E2B_CONNECTIONS_MAX,
                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)E2B_IDLE_TIMEOUT_S,
                 MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)E2B_HEADERS_MAX,
-                MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)HTTP_PER_IP_CONNECTIONS_MAX,
+                MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->connections_per_ip,
                 MHD_OPTION_URI_LOG_CALLBACK, on_uri, srv, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
                 srv, MHD_OPTION_END);
         if (!srv->daemon) {

@@ -58,7 +58,7 @@
 #include "util/cleanup.h"
 #include "util/error.h"
 
-#define HTTP_CONNECTIONS_MAX 256
+#define HTTP_CONNECTIONS_MAX CAGE_CONFIG_CONNECTIONS_MAX
 #define HTTP_HEADERS_MAX     (64 * 1024) /* MHD's per-connection pool: URI + headers */
 #define HTTP_BODY_INITIAL    4096
 #define HTTP_DISCARD_MAX     (64ULL * 1024 * 1024) /* past the limit, then close */
@@ -718,7 +718,7 @@ static int start_daemon(struct cage_http_server *srv, struct http_context *ctx, 
                 (unsigned)HTTP_CONNECTIONS_MAX, MHD_OPTION_CONNECTION_TIMEOUT,
                 (unsigned)HTTP_IDLE_TIMEOUT_S, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
                 (size_t)HTTP_HEADERS_MAX, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-                (unsigned)HTTP_PER_IP_CONNECTIONS_MAX, MHD_OPTION_URI_LOG_CALLBACK, on_uri, ctx,
+                (unsigned)ctx->cfg->connections_per_ip, MHD_OPTION_URI_LOG_CALLBACK, on_uri, ctx,
                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, ctx, MHD_OPTION_END);
         if (!d) {
                 close(fd);

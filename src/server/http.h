@@ -70,12 +70,9 @@ struct MHD_Response;
 #define HTTP_SEGMENTS_MAX   256    /* path segments of one request */
 #define HTTP_LOGS_TAIL_MAX  100000 /* ?tail= of /logs */
 #define HTTP_IDLE_TIMEOUT_S 60     /* idle connections are closed */
-/* Connections open at once from one IP address (TCP listeners; MHD does
- * not count Unix-socket peers): one client cannot take every connection. */
-#define HTTP_PER_IP_CONNECTIONS_MAX 32
-#define HTTP_HOST_MAX               255 /* a host name in Host / Origin */
-#define HTTP_REMOTE_MAX             64  /* "[v6]:port", "unix:uid=N" */
-#define HTTP_RETRY_AFTER_S          "1" /* Retry-After of a 429 (over a quota) */
+#define HTTP_HOST_MAX       255    /* a host name in Host / Origin */
+#define HTTP_REMOTE_MAX     64     /* "[v6]:port", "unix:uid=N" */
+#define HTTP_RETRY_AFTER_S  "1"    /* Retry-After of a 429 (over a quota) */
 
 /* http_guard.c: the Host / Origin policy (DNS rebinding). */
 struct http_guard {

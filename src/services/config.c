@@ -1149,16 +1149,22 @@ static int parse_listen(json_t *root, struct cage_config *cfg, struct cage_error
         const char *http = "127.0.0.1:8080", *unix_path = NULL;
         bool unix_set = false;
         json_t *obj = NULL;
+        cfg->connections_per_ip = CAGE_CONFIG_CONNECTIONS_PER_IP_DEFAULT;
         int r = config_get_object(root, "", "listen", &obj, err);
         if (r < 0)
                 return r;
         if (obj) {
-                static const char *const keys[] = {"http", "unix", "metrics", NULL};
+                static const char *const keys[] = {"http", "unix", "metrics", "connections_per_ip",
+                                                   NULL};
                 const char *metrics = NULL;
+                double per_ip = cfg->connections_per_ip;
                 if ((r = config_check_keys(obj, "listen", keys, err)) < 0 ||
+                    (r = config_get_number(obj, "listen", "connections_per_ip", NUM_U32, 0,
+                                           CAGE_CONFIG_CONNECTIONS_MAX, &per_ip, err)) < 0 ||
                     (r = get_listen_member(obj, "http", HTTP_ADDR_MAX, &http, err)) < 0 ||
                     (r = get_listen_member(obj, "metrics", HTTP_ADDR_MAX, &metrics, err)) < 0)
                         return r;
+                cfg->connections_per_ip = (uint32_t)per_ip;
                 if (metrics && (r = parse_metrics_addr(metrics, cfg, err)) < 0)
                         return r;
                 if ((r = get_listen_member(obj, "unix", CAGE_CONFIG_PATH_MAX, &unix_path, err)) < 0)

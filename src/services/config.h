@@ -44,6 +44,11 @@ struct cage_redactor;
 #define CAGE_CONFIG_POOL_IMAGES_MAX  32 /* entries of `pool` */
 #define CAGE_CONFIG_UPSTREAMS_MAX    32
 
+/* Each TCP listener's connections at once, and the default share of one IP
+ * address (listen.connections_per_ip). */
+#define CAGE_CONFIG_CONNECTIONS_MAX            256
+#define CAGE_CONFIG_CONNECTIONS_PER_IP_DEFAULT 64
+
 /* The most a single request may ask for. */
 struct cage_config_limits {
         uint64_t memory_mib_max;
@@ -161,6 +166,9 @@ struct cage_config {
         char *listen_metrics;
         struct sockaddr_storage metrics_addr;
         socklen_t metrics_addr_len;
+        /* listen.connections_per_ip: connections open at once from one IP
+         * address on each TCP listener (0: no limit). */
+        uint32_t connections_per_ip;
 
         struct cage_config_limits limits;
         struct cage_config_spec_defaults defaults;

@@ -666,6 +666,7 @@ TEST(quotas_and_operations)
                       q->memory_mib == 0);
                 CHECK(q->artifacts_mib == 1024); /* kept artifacts: a cap by default */
                 CHECK(!cfg->listen_metrics);
+                CHECK(cfg->connections_per_ip == CAGE_CONFIG_CONNECTIONS_PER_IP_DEFAULT);
                 CHECK(cfg->drain_timeout_s == 30);
                 CHECK(cfg->limits.launches_max >= 4);
                 cage_config_free(cfg);
@@ -674,7 +675,7 @@ TEST(quotas_and_operations)
                     " \"tenants\": [{\"name\": \"a\", \"token\": \"" TOKEN_A "\","
                     " \"quotas\": {\"runs\": 1, \"sessions\": 2, \"artifacts_mib\": 0}},"
                     " {\"name\": \"b\", \"token\": \"" TOKEN_B "\"}],"
-                    " \"listen\": {\"metrics\": \"127.0.0.1:9464\"},"
+                    " \"listen\": {\"metrics\": \"127.0.0.1:9464\", \"connections_per_ip\": 0},"
                     " \"limits\": {\"launches_max\": 2}, \"drain_timeout_s\": 5}",
                     &cfg, msg) == 0);
         if (cfg) { /* a tenant's own keys replace the server's, the rest are inherited */
@@ -685,6 +686,7 @@ TEST(quotas_and_operations)
                 CHECK(a->artifacts_mib == 0 && b->artifacts_mib == 1024);
                 CHECK(cage_config_quotas(cfg, "nobody")->runs == 4);
                 CHECK(cfg->listen_metrics && strcmp(cfg->listen_metrics, "127.0.0.1:9464") == 0);
+                CHECK(cfg->connections_per_ip == 0); /* no limit */
                 CHECK(cfg->limits.launches_max == 2 && cfg->drain_timeout_s == 5);
                 cage_config_free(cfg);
         }
@@ -698,6 +700,8 @@ TEST(quotas_and_operations)
                              " \"listen\": {\"metrics\": \"0.0.0.0:9464\"}}",
                              "listen.metrics", "loopback"));
         CHECK(refused_naming("{\"listen\": {\"metrics\": \"nowhere\"}}", "listen.metrics", NULL));
+        CHECK(refused_naming("{\"listen\": {\"connections_per_ip\": 257}}",
+                             "listen.connections_per_ip", NULL));
         CHECK(refused_naming("{\"limits\": {\"launches_max\": 0}}", "limits.launches_max", NULL));
         CHECK(refused_naming("{\"drain_timeout_s\": 99999}", "drain_timeout_s", NULL));
 }
