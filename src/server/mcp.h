@@ -327,6 +327,12 @@ json_t *mcp_text_block(const char *text);
 json_t *mcp_image_block(const void *data, size_t len, const char *mime);
 char *mcp_base64(const void *data, size_t len);
 bool mcp_utf8_valid(const void *data, size_t len);
+/* A name the sandbox chose (a file's path), fit for one line of a result's
+ * text: control characters as \n, \t or \xNN escapes (a backslash as \\),
+ * so a planted name cannot add lines that read as other entries. Cut to
+ * size - 1 bytes; returns buf. */
+char *mcp_shown_name(const char *name, char *buf, size_t size);
+#define MCP_SHOWN_NAME_MAX 1024
 bool mcp_image_mime(const char *mime);
 /* codecage://runs/<run_id>/<path> and codecage://sandboxes/<name>/files/<path>
  * with each path segment percent-encoded. */

@@ -162,6 +162,29 @@ bool mcp_utf8_valid(const void *data, size_t len)
         return true;
 }
 
+char *mcp_shown_name(const char *name, char *buf, size_t size)
+{
+        size_t w = 0;
+        for (const unsigned char *p = (const unsigned char *)(name ? name : ""); *p; p++) {
+                char esc[5] = {(char)*p, 0};
+                if (*p == '\n' || *p == '\t' || *p == '\\')
+                        snprintf(esc, sizeof(esc), "\\%c",
+                                 *p == '\n'   ? 'n'
+                                 : *p == '\t' ? 't'
+                                              : '\\');
+                else if (*p < 0x20 || *p == 0x7f)
+                        snprintf(esc, sizeof(esc), "\\x%02x", *p);
+                size_t n = strlen(esc);
+                if (w + n >= size)
+                        break;
+                memcpy(buf + w, esc, n);
+                w += n;
+        }
+        if (size)
+                buf[w] = '\0';
+        return buf;
+}
+
 bool mcp_image_mime(const char *mime)
 {
         static const char *const kinds[] = {"image/png", "image/jpeg", "image/gif", "image/webp"};

@@ -271,9 +271,11 @@ json_t *mcp_tool_file_list(struct mcp_call *c, const json_t *args)
         {
                 const char *type = json_string_value(json_object_get(e, "type"));
                 bool dir = type && strcmp(type, "dir") == 0;
+                char name[MCP_SHOWN_NAME_MAX];
                 text_add(text, &w, "- %s%s (%s, %lld bytes)\n",
-                         json_string_value(json_object_get(e, "path")), dir ? "/" : "",
-                         type ? type : "?",
+                         mcp_shown_name(json_string_value(json_object_get(e, "path")), name,
+                                        sizeof(name)),
+                         dir ? "/" : "", type ? type : "?",
                          (long long)json_integer_value(json_object_get(e, "size")));
         }
         return mcp_result_structured(doc, strdup(text));

@@ -336,11 +336,12 @@ static char *render(const char *tool, const json_t *res)
         render_value(&t, res);
         size_t i;
         const json_t *a;
-        json_array_foreach(json_object_get(res, "artifacts"), i, a)
-                addf(&t, "artifact: %s (%s, %lld bytes)\n",
-                     json_string_value(json_object_get(a, "path")),
-                     json_string_value(json_object_get(a, "mime")),
-                     (long long)json_integer_value(json_object_get(a, "size")));
+        char name[MCP_SHOWN_NAME_MAX];
+        json_array_foreach(json_object_get(res, "artifacts"), i, a) addf(
+                &t, "artifact: %s (%s, %lld bytes)\n",
+                mcp_shown_name(json_string_value(json_object_get(a, "path")), name, sizeof(name)),
+                json_string_value(json_object_get(a, "mime")),
+                (long long)json_integer_value(json_object_get(a, "size")));
         return t.buf;
 }
 
