@@ -70,39 +70,12 @@ struct cage_session {
 
 /* ---- frames ---- */
 
-/* Whether v nests arrays and objects more than limit deep (a scalar: 0).
- * Recurses at most limit levels. */
-static bool nests_deeper(const json_t *v, unsigned limit)
-{
-        size_t i;
-        const char *k;
-        json_t *e;
-        if (!json_is_array(v) && !json_is_object(v))
-                return false;
-        if (limit == 0)
-                return true;
-        if (json_is_array(v)) {
-                json_array_foreach((json_t *)v, i, e)
-                {
-                        if (nests_deeper(e, limit - 1))
-                                return true;
-                }
-                return false;
-        }
-        json_object_foreach((json_t *)v, k, e)
-        {
-                if (nests_deeper(e, limit - 1))
-                        return true;
-        }
-        return false;
-}
-
 /* -E2BIG: larger than a frame; -ELOOP: a value in msg nests deeper than
  * the driver reads (SESSION_DEPTH_MAX). Either way nothing was written. */
 static int send_frame(struct cage_session *s, json_t *msg, const void *blob, size_t blob_len,
                       uint64_t deadline)
 {
-        if (nests_deeper(msg, SESSION_DEPTH_MAX + 1)) /* + 1: the frame's own object */
+        if (session_nests_deeper(msg, SESSION_DEPTH_MAX + 1)) /* + 1: the frame's own object */
                 return -ELOOP;
         _cleanup_free_ char *text = json_dumps(msg, JSON_COMPACT);
         if (!text)
@@ -126,7 +99,8 @@ static int send_frame(struct cage_session *s, json_t *msg, const void *blob, siz
 }
 
 /* Reads what is there. 1: *ret is a complete message; 0: not yet; < 0:
- * the channel is closed or broke the protocol. */
+ * the channel is closed or broke the protocol (-E2BIG: a whole frame was
+ * read but would take more than SESSION_PARSE_MAX to hold). */
 static int read_frame(struct cage_session *s, json_t **ret)
 {
         struct session_frame_reader *rd = &s->rd;
@@ -331,6 +305,11 @@ int cage_session_request(struct cage_session *s, json_t *msg, const void *blob, 
                                  SESSION_DEPTH_MAX);
         if (r == 0)
                 r = wait_frame(s, deadline, &answer);
+        if (r == -E2BIG) /* read whole and dropped: the channel is still in step */
+                return cage_fail(err, -E2BIG,
+                                 "the Python session's answer would take more than %d MiB of "
+                                 "memory to read (a value made of millions of small objects)",
+                                 SESSION_PARSE_MAX >> 20);
         if (r < 0) {
                 s->dead = true;
                 return cage_fail(err, r == -ETIMEDOUT ? -ETIMEDOUT : -ESRCH,
@@ -359,6 +338,7 @@ struct run_state {
         uint64_t deadline, grace_deadline;
         json_t *done;
         bool interrupted, flooded, cancelled, lost;
+        bool oversized; /* lost to a frame too costly to read */
         uint32_t host_calls;
 };
 
@@ -379,31 +359,78 @@ static void read_output(struct run_state *st, int fd, int stream)
         }
 }
 
-static void answer_host_call(struct run_state *st, json_t *call)
+/* Whether the run offers host function fn: llm_query, llm_query_batched,
+ * tools.NAME (the driver's `tools` object) or a name the run lists. */
+static bool offered(const struct cage_session_run *run, const char *fn)
 {
-        json_t *value = NULL, *reply;
-        char *error = NULL;
+        size_t i;
+        json_t *name;
+        if (strcmp(fn, "llm_query") == 0 || strcmp(fn, "llm_query_batched") == 0)
+                return true;
+        if (strncmp(fn, "tools.", 6) == 0 && fn[6])
+                return true;
+        json_array_foreach(run->functions, i, name)
+        {
+                if (json_is_string(name) && strcmp(json_string_value(name), fn) == 0)
+                        return true;
+        }
+        return false;
+}
+
+/* Whether the host must not see this call: then why is the message for
+ * the code's HostCallError. The driver checks all of it before it sends a
+ * call; the code can write frames of its own, so the server checks again.
+ * A call within the budget counts against it, granted or not, as in the
+ * driver. */
+static bool refused(struct run_state *st, const json_t *call, char *why, size_t size)
+{
         const json_t *fnj = json_object_get(call, "fn");
         const char *fn = json_string_value(fnj);
-        json_t *args = json_object_get(call, "args"), *kwargs = json_object_get(call, "kwargs");
-        json_t *id = json_object_get(call, "id");
-        st->host_calls++;
-        int r = -ENOSYS;
-        if (!fn || strlen(fn) != json_string_length(fnj) || !json_is_integer(id) ||
-            (args && !json_is_array(args)) || (kwargs && !json_is_object(kwargs)))
-                error = strdup("malformed host call");
+        const json_t *args = json_object_get(call, "args");
+        const json_t *kwargs = json_object_get(call, "kwargs");
+        uint32_t budget = st->run->host_budget ? st->run->host_budget : SESSION_HOST_BUDGET;
+        if (!fn || strlen(fn) != json_string_length(fnj) ||
+            !json_is_integer(json_object_get(call, "id")) || (args && !json_is_array(args)) ||
+            (kwargs && !json_is_object(kwargs)))
+                snprintf(why, size, "malformed host call");
+        else if (json_string_length(fnj) > SESSION_FN_MAX)
+                snprintf(why, size, "a host function's name has at most %d bytes", SESSION_FN_MAX);
+        else if (st->host_calls >= budget)
+                snprintf(why, size, "host call budget of %u calls for this run is spent", budget);
+        else if (st->host_calls++, !offered(st->run, fn))
+                snprintf(why, size, "%s is not a host function of this run", fn);
+        else if (session_nests_deeper(call, SESSION_DEPTH_MAX)) /* the frame is one level */
+                snprintf(why, size, "%s: the arguments nest arrays and objects more than %d deep",
+                         fn, SESSION_DEPTH_MAX);
         else if (!st->run->host)
-                error = strdup("no host functions are available to this session");
-        else if ((r = st->run->host(st->run->host_ctx, fn, args, kwargs, &value, &error)) < 0 &&
-                 !error)
-                error = strdup("host call failed");
+                snprintf(why, size, "no host functions are available to this session");
+        else
+                return false;
+        return true;
+}
+
+/* How long a reply may take to write: the driver reads it at once, so not
+ * past the run's end (its deadline and grace) and at most 10 s. */
+static uint64_t reply_deadline(const struct run_state *st)
+{
+        uint64_t now = clock_mono_ms();
+        uint64_t grace = st->run->grace_ms ? st->run->grace_ms : SESSION_GRACE_MS;
+        uint64_t end = st->interrupted ? st->grace_deadline : st->deadline + grace;
+        if (end < now + grace)
+                end = now + grace;
+        return end < now + 10000 ? end : now + 10000;
+}
+
+/* Sends the host_reply to call id: value (taken; NULL: null) or error. */
+static void send_reply(struct run_state *st, json_t *id, json_t *value, const char *error)
+{
+        json_t *reply;
         if (error)
                 reply = json_pack("{s:s, s:O, s:s}", "op", "host_reply", "id", id, "error", error);
         else
                 reply = json_pack("{s:s, s:O, s:o}", "op", "host_reply", "id", id, "value",
                                   value ? value : json_null());
-        free(error);
-        r = reply ? send_frame(st->s, reply, NULL, 0, clock_mono_ms() + 10000) : -ENOMEM;
+        int r = reply ? send_frame(st->s, reply, NULL, 0, reply_deadline(st)) : -ENOMEM;
         if (r == -E2BIG || r == -ELOOP) { /* the code gets an error instead */
                 json_decref(reply);
                 reply = json_pack("{s:s, s:O, s:s}", "op", "host_reply", "id", id, "error",
@@ -411,11 +438,43 @@ static void answer_host_call(struct run_state *st, json_t *call)
                                                 "channel allows"
                                               : "the host's answer nests arrays and objects deeper "
                                                 "than the session channel allows");
-                r = reply ? send_frame(st->s, reply, NULL, 0, clock_mono_ms() + 10000) : -ENOMEM;
+                r = reply ? send_frame(st->s, reply, NULL, 0, reply_deadline(st)) : -ENOMEM;
         }
         if (r < 0)
                 st->lost = true;
         json_decref(reply);
+}
+
+/* Answers one host_call; returns the milliseconds the host took, which do
+ * not count against the code (writing the reply does). A call without an
+ * integer id cannot be answered: the session is lost. */
+static uint64_t answer_host_call(struct run_state *st, json_t *call)
+{
+        json_t *value = NULL;
+        char *error = NULL, why[SESSION_FN_MAX + 128];
+        uint64_t t0 = clock_mono_ms();
+        if (refused(st, call, why, sizeof(why))) {
+                error = strdup(why);
+        } else {
+                const char *fn = json_string_value(json_object_get(call, "fn"));
+                json_t *args = json_object_get(call, "args");
+                json_t *kwargs = json_object_get(call, "kwargs");
+                if (st->run->host(st->run->host_ctx, fn, args, kwargs, &value, &error) < 0 &&
+                    !error)
+                        error = strdup("host call failed");
+        }
+        uint64_t spent = clock_mono_ms() - t0;
+        json_t *id = json_object_get(call, "id");
+        if (error || !json_is_integer(id)) {
+                json_decref(value);
+                value = NULL;
+        }
+        if (json_is_integer(id))
+                send_reply(st, id, value, error); /* takes value */
+        else
+                st->lost = true;
+        free(error);
+        return spent;
 }
 
 static void on_channel(struct run_state *st)
@@ -424,6 +483,7 @@ static void on_channel(struct run_state *st)
         int r = read_frame(st->s, &msg);
         if (r < 0) {
                 st->lost = true;
+                st->oversized = r == -E2BIG;
                 return;
         }
         if (r == 0)
@@ -433,14 +493,10 @@ static void on_channel(struct run_state *st)
                 st->done = msg;
                 return;
         }
-        if (strcmp(op, "host_call") == 0) {
-                uint64_t t0 = clock_mono_ms();
-                answer_host_call(st, msg);
-                /* Time spent waiting for the host does not count against the code. */
-                st->deadline += clock_mono_ms() - t0;
-        } else {
+        if (strcmp(op, "host_call") == 0)
+                st->deadline += answer_host_call(st, msg); /* the host's time is not the code's */
+        else
                 st->lost = true; /* nothing else is allowed during a run */
-        }
         json_decref(msg);
 }
 
@@ -510,6 +566,14 @@ static enum cage_status verdict(const struct run_state *st, char *reason, size_t
                                     "are kept");
                 return CAGE_STATUS_TIMEOUT;
         }
+        if (st->lost && st->oversized) {
+                snprintf(reason, size,
+                         "the Python process sent a message that would take more than %d MiB "
+                         "of the server's memory to read (millions of small objects): the "
+                         "session was restarted and its variables are lost",
+                         SESSION_PARSE_MAX >> 20);
+                return CAGE_STATUS_ERROR;
+        }
         if (st->lost) {
                 snprintf(reason, size,
                          "the Python process ended (os._exit, a crash, or out "
@@ -576,10 +640,7 @@ static json_t *build_result(struct run_state *st, uint64_t t0)
         json_object_set_new(o, "exit_code", exit_code_of(st));
         json_object_set_new(o, "state_lost", json_boolean(st->lost));
         json_object_set_new(o, "host_calls", json_integer(st->host_calls));
-        if (st->done)
-                session_copy_done(o, st->done);
-        else
-                session_copy_done(o, NULL);
+        session_copy_done(o, st->done, SESSION_RETURN_MAX);
         if (st->interrupted && !st->lost && json_is_null(json_object_get(o, "error")))
                 json_object_set_new(o, "error",
                                     json_pack("{s:s,s:s,s:s}", "type", "KeyboardInterrupt",

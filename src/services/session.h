@@ -23,7 +23,11 @@
 #define SESSION_TEXT_MAX    (1024ULL * 1024 * 1024)
 #define SESSION_GRACE_MS    2000
 #define SESSION_RETURN_MAX  65536
+#define SESSION_VALUE_MAX   (8 * 1024 * 1024) /* JSON of a `get` value (the driver's VALUE_MAX) */
+#define SESSION_REPR_MAX    65536             /* bytes of a `get` repr (its TEXT_MAX) */
+#define SESSION_NAME_MAX    1024              /* bytes of a type name (its NAME_MAX characters) */
 #define SESSION_HOST_BUDGET 100
+#define SESSION_FN_MAX      256 /* bytes of a host function's name */
 #define SESSION_START_MS    10000
 /* How deep a value sent to the driver may nest arrays and objects: as deep
  * as the driver sends its own (its VALUE_DEPTH_MAX), well within what JSON

@@ -36,7 +36,7 @@ static void check_done(const json_t *msg)
 {
         json_t *o = json_object();
         FUZZ_CHECK(o);
-        session_copy_done(o, msg);
+        session_copy_done(o, msg, SESSION_RETURN_MAX);
         json_t *images = json_object_get(o, "images");
         FUZZ_CHECK(json_object_size(o) == (images ? 4u : 3u));
         if (images) {
