@@ -20,6 +20,7 @@
 
 #include "service_private.h"
 #include "services/files.h"
+#include "services/session_frame.h"
 #include "util/cleanup.h"
 #include "util/error.h"
 
@@ -158,46 +159,48 @@ static void fill_run(struct cage_session_run *run, const struct py_req *q, uint6
                 run->functions = host->front->functions;
 }
 
-/* Redacts the text fields the way exec results are redacted. */
+/* Redacts the string field key of o the way exec results are redacted
+ * (a string that cannot be redacted becomes ""). */
+static void redact_text(struct cage_service *svc, json_t *o, const char *key)
+{
+        json_t *v = json_object_get(o, key);
+        char *clean;
+        size_t len;
+        if (!json_is_string(v) ||
+            !cage_redact_needed(svc->redactor, json_string_value(v), json_string_length(v)))
+                return;
+        if (cage_redact(svc->redactor, json_string_value(v), json_string_length(v), &clean, &len) ==
+            0) {
+                json_object_set_new(o, key, json_stringn(clean, len));
+                free(clean);
+        } else {
+                json_object_set_new(o, key, json_string(""));
+        }
+}
+
+/* A JSON value field holding a secret anywhere (found by serialising it)
+ * becomes the string "[REDACTED]". */
+static void redact_value(struct cage_service *svc, json_t *o, const char *key)
+{
+        json_t *v = json_object_get(o, key);
+        char *text = v ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+        if (text && cage_redact_needed(svc->redactor, text, strlen(text)))
+                json_object_set_new(o, key, json_string("[REDACTED]"));
+        free(text);
+}
+
+/* Redacts a run's result: its text fields, its error, its return_value. */
 static void redact_result(struct cage_service *svc, json_t *res)
 {
         static const char *const fields[] = {"stdout", "stderr", "return_repr"};
-        for (size_t i = 0; i < 3; i++) {
-                json_t *v = json_object_get(res, fields[i]);
-                char *clean;
-                size_t len;
-                if (!json_is_string(v) ||
-                    !cage_redact_needed(svc->redactor, json_string_value(v), json_string_length(v)))
-                        continue;
-                if (cage_redact(svc->redactor, json_string_value(v), json_string_length(v), &clean,
-                                &len) == 0) {
-                        json_object_set_new(res, fields[i], json_stringn(clean, len));
-                        free(clean);
-                } else {
-                        json_object_set_new(res, fields[i], json_string(""));
-                }
-        }
+        for (size_t i = 0; i < 3; i++)
+                redact_text(svc, res, fields[i]);
         json_t *error = json_object_get(res, "error");
-        static const char *const efields[] = {"message", "traceback"};
-        for (size_t i = 0; json_is_object(error) && i < 2; i++) {
-                json_t *v = json_object_get(error, efields[i]);
-                char *clean;
-                size_t len;
-                if (json_is_string(v) &&
-                    cage_redact_needed(svc->redactor, json_string_value(v),
-                                       json_string_length(v)) &&
-                    cage_redact(svc->redactor, json_string_value(v), json_string_length(v), &clean,
-                                &len) == 0) {
-                        json_object_set_new(error, efields[i], json_stringn(clean, len));
-                        free(clean);
-                }
+        if (json_is_object(error)) {
+                redact_text(svc, error, "message");
+                redact_text(svc, error, "traceback");
         }
-        /* A secret inside return_value (JSON) is caught by serialising it. */
-        json_t *rv = json_object_get(res, "return_value");
-        char *text = rv ? json_dumps(rv, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
-        if (text && cage_redact_needed(svc->redactor, text, strlen(text)))
-                json_object_set_new(res, "return_value", json_string("[REDACTED]"));
-        free(text);
+        redact_value(svc, res, "return_value");
 }
 
 static void audit_run(struct cage_service *svc, enum cage_audit_event ev, const char *tenant,
@@ -519,6 +522,21 @@ int cage_service_python_load_file(struct cage_service *svc, const char *tenant, 
         return r;
 }
 
+/* The `get` answer to the client from the driver's `value`, within the
+ * driver's own bounds (the code can forge the frame): a value of at most
+ * SESSION_VALUE_MAX bytes of JSON nested at most SESSION_DEPTH_MAX deep
+ * (else null), a type and a repr cut to their sizes. */
+static json_t *variable_of(const char *var, const json_t *answer)
+{
+        json_t *value = json_object_get(answer, "value");
+        if (!value || session_value_check(value, SESSION_VALUE_MAX) < 0)
+                value = json_null();
+        json_t *type = session_text_cut(json_object_get(answer, "type"), SESSION_NAME_MAX);
+        json_t *repr = session_text_cut(json_object_get(answer, "repr"), SESSION_REPR_MAX);
+        return json_pack("{s:s, s:o, s:O, s:o}", "name", var, "type", type ? type : json_null(),
+                         "value", value, "repr", repr ? repr : json_null());
+}
+
 int cage_service_python_get(struct cage_service *svc, const char *tenant, const char *name,
                             const char *var, json_t **ret, struct cage_error *err)
 {
@@ -532,12 +550,12 @@ int cage_service_python_get(struct cage_service *svc, const char *tenant, const 
         json_decref(msg);
         if (r < 0)
                 return r == -EINVAL ? -ENOENT : r;
-        *ret = json_pack("{s:s, s:O, s:O, s:O}", "name", var, "type",
-                         json_object_get(answer, "type"), "value", json_object_get(answer, "value"),
-                         "repr", json_object_get(answer, "repr"));
+        *ret = variable_of(var, answer);
         json_decref(answer);
-        if (*ret)
-                redact_result(svc, *ret);
+        if (*ret) {
+                redact_text(svc, *ret, "repr");
+                redact_value(svc, *ret, "value");
+        }
         return *ret ? 0 : cage_fail(err, -EPROTO, "a malformed answer from the session");
 }
 
