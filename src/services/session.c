@@ -27,6 +27,8 @@
 #include "util/error.h"
 #include "util/fdutil.h"
 
+#define DRAIN_MAX (1 << 20) /* bytes of stray output dropped at once (drain_fd) */
+
 extern const char cage_session_driver[];
 extern const char cage_session_driver_end[];
 extern const char cage_session_driver_pyc[];
@@ -143,11 +145,15 @@ static int wait_frame(struct cage_session *s, uint64_t deadline, json_t **ret)
 
 /* ---- start ---- */
 
+/* Drops what the driver's stdout or stderr holds outside a run, at most
+ * DRAIN_MAX bytes: a process of the sandbox writing without end must not
+ * keep the caller (who holds the session) reading. */
 static void drain_fd(int fd)
 {
         char buf[4096];
-        while (fd >= 0 && read(fd, buf, sizeof(buf)) > 0)
-                ;
+        for (size_t n = 0; fd >= 0 && n < DRAIN_MAX / sizeof(buf); n++)
+                if (read(fd, buf, sizeof(buf)) <= 0)
+                        return;
 }
 
 /* Why the driver never said "ready": no python3 in the image is the
