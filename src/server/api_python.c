@@ -26,6 +26,7 @@
 #include "server/host_calls.h"
 #include "server/http.h"
 #include "services/service.h"
+#include "util/json_bounded.h"
 #include "util/cleanup.h"
 #include "util/error.h"
 
@@ -222,9 +223,12 @@ static int var_put_json(struct http_call *c, struct cage_error *err)
         if (c->body_len == 0)
                 return cage_fail(err, -EINVAL, "body: a JSON value is required");
         /* The value only travels on as JSON: its strings may hold NUL. */
-        json_auto_t *value =
-                json_loadb(c->body, c->body_len,
-                           JSON_DECODE_ANY | JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
+        bool too_large = false;
+        json_auto_t *value = json_load_request(
+                c->body, c->body_len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL,
+                &jerr, &too_large);
+        if (too_large)
+                return http_body_too_complex(c->body_len, err);
         if (!value)
                 return cage_fail(err, -EINVAL, "body: invalid JSON at line %d, column %d: %s",
                                  jerr.line, jerr.column, jerr.text);

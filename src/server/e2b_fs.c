@@ -23,6 +23,7 @@
 #include "server/e2b.h"
 #include "services/config.h"
 #include "services/service.h"
+#include "util/json_bounded.h"
 #include "util/cleanup.h"
 #include "util/error.h"
 
@@ -96,7 +97,7 @@ static int message_path(struct e2b_call *c, const char *key, char *rel, json_t *
 {
         struct cage_error err = {0};
         json_error_t jerr;
-        json_t *msg = json_loadb(c->body, c->body_len, JSON_REJECT_DUPLICATES, &jerr);
+        json_t *msg = json_load_request(c->body, c->body_len, JSON_REJECT_DUPLICATES, &jerr, NULL);
         if (!json_is_object(msg)) {
                 json_decref(msg);
                 e2b_connect_error(reply, CONNECT_INVALID_ARGUMENT,

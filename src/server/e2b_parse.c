@@ -17,6 +17,7 @@
 #include <strings.h>
 
 #include "server/e2b.h"
+#include "util/json_bounded.h"
 #include "util/cleanup.h"
 #include "util/error.h"
 
@@ -33,7 +34,7 @@ int e2b_connect_stream_message(const char *body, size_t len, json_t **ret, struc
         if (n != len - 5)
                 return cage_fail(err, -EINVAL, "the request must be exactly one envelope");
         json_error_t jerr;
-        json_t *msg = json_loadb(body + 5, n, JSON_REJECT_DUPLICATES, &jerr);
+        json_t *msg = json_load_request(body + 5, n, JSON_REJECT_DUPLICATES, &jerr, NULL);
         if (!json_is_object(msg)) {
                 json_decref(msg);
                 return cage_fail(err, -EINVAL, "the request message must be a JSON object");

@@ -36,6 +36,7 @@
 #include "services/config.h"
 #include "services/redact.h"
 #include "services/service.h"
+#include "util/json_bounded.h"
 #include "util/base64.h"
 #include "util/cleanup.h"
 #include "util/clock.h"
@@ -463,7 +464,7 @@ static struct e2b_proc *find(struct e2b_box *box, const json_t *sel)
 static int unary_message(struct e2b_call *c, struct e2b_reply *reply, json_t **ret)
 {
         json_error_t jerr;
-        json_t *msg = json_loadb(c->body, c->body_len, JSON_REJECT_DUPLICATES, &jerr);
+        json_t *msg = json_load_request(c->body, c->body_len, JSON_REJECT_DUPLICATES, &jerr, NULL);
         if (!json_is_object(msg)) {
                 json_decref(msg);
                 fail(reply, CONNECT_INVALID_ARGUMENT, "the request must be a JSON object");

@@ -197,6 +197,9 @@ int http_query_get(const char *query, const char *key, char **ret);
  * on as JSON). */
 int http_body_json(const char *body, size_t len, bool allow_nul, json_t **ret,
                    struct cage_error *err);
+/* -E2BIG for a body of len bytes whose JSON is over json_load_request()'s
+ * budget (413). */
+int http_body_too_complex(size_t len, struct cage_error *err);
 bool http_name_is_valid(const char *s);
 
 /* reply.c */

@@ -9,13 +9,23 @@
 
 #include "core/output.h"
 #include "server/jsonrpc.h"
+#include "util/json_bounded.h"
 #include "util/cleanup.h"
 
 json_t *jsonrpc_parse(const char *text, size_t len, json_t **ret_error)
 {
         json_error_t jerr;
-        json_t *msg = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+        bool too_large = false;
+        json_t *msg = json_load_request(text, len, JSON_REJECT_DUPLICATES, &jerr, &too_large);
         *ret_error = NULL;
+        if (too_large) {
+                *ret_error = jsonrpc_errorf(NULL, JSONRPC_PARSE_ERROR,
+                                            "Parse error: the message would take more than %zu "
+                                            "MiB of the server's memory to hold (each array, "
+                                            "object or number costs it tens of bytes)",
+                                            (JSON_REQUEST_BASE + 4 * len) >> 20);
+                return NULL;
+        }
         if (!msg) {
                 *ret_error = jsonrpc_errorf(NULL, JSONRPC_PARSE_ERROR,
                                             "Parse error: invalid JSON at line %d, column %d: %s",

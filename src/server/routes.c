@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "server/http.h"
+#include "util/json_bounded.h"
 #include "util/cleanup.h"
 #include "util/error.h"
 #include "util/hex.h"
@@ -136,14 +137,27 @@ int http_query_get(const char *query, const char *key, char **ret)
         return 0;
 }
 
+int http_body_too_complex(size_t len, struct cage_error *err)
+{
+        return cage_fail(err, -E2BIG,
+                         "body: the JSON would take more than %zu MiB of the server's memory to "
+                         "hold (each array, object or number costs it tens of bytes): send "
+                         "fewer, larger values",
+                         (JSON_REQUEST_BASE + 4 * len) >> 20);
+}
+
 int http_body_json(const char *body, size_t len, bool allow_nul, json_t **ret,
                    struct cage_error *err)
 {
         json_error_t jerr;
         if (len == 0)
                 return cage_fail(err, -EINVAL, "body: a JSON object is required");
-        json_t *doc = json_loadb(body, len,
-                                 JSON_REJECT_DUPLICATES | (allow_nul ? JSON_ALLOW_NUL : 0), &jerr);
+        bool too_large = false;
+        json_t *doc = json_load_request(body, len,
+                                        JSON_REJECT_DUPLICATES | (allow_nul ? JSON_ALLOW_NUL : 0),
+                                        &jerr, &too_large);
+        if (too_large)
+                return http_body_too_complex(len, err);
         if (!doc)
                 return cage_fail(err, -EINVAL, "body: invalid JSON at line %d, column %d: %s",
                                  jerr.line, jerr.column, jerr.text);

@@ -8,6 +8,7 @@
 
 #include <malloc.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #define CHUNK_HEADER 16 /* what malloc keeps beside each block, roughly */
@@ -69,4 +70,12 @@ json_t *json_loadb_bounded(const char *buf, size_t len, size_t flags, size_t mem
         if (over_budget)
                 *over_budget = !v && b.exceeded;
         return v;
+}
+
+json_t *json_load_request(const char *buf, size_t len, size_t flags, json_error_t *error,
+                          bool *over_budget)
+{
+        size_t extra =
+                len > (SIZE_MAX - JSON_REQUEST_BASE) / 4 ? SIZE_MAX - JSON_REQUEST_BASE : 4 * len;
+        return json_loadb_bounded(buf, len, flags, JSON_REQUEST_BASE + extra, error, over_budget);
 }

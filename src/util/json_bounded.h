@@ -16,4 +16,12 @@
 json_t *json_loadb_bounded(const char *buf, size_t len, size_t flags, size_t mem_max,
                            json_error_t *error, bool *over_budget);
 
+/* A client's request body (HTTP, MCP, E2B): JSON_REQUEST_BASE of heap, and
+ * 4 bytes more per byte of text, so that a body of strings (~2x its text)
+ * of any size the server accepts fits, and the worst shapes (~84x for a
+ * list of empty objects) cost a bounded amount. */
+#define JSON_REQUEST_BASE ((size_t)256 << 20)
+json_t *json_load_request(const char *buf, size_t len, size_t flags, json_error_t *error,
+                          bool *over_budget);
+
 #endif

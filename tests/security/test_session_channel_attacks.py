@@ -237,3 +237,25 @@ def test_a_variable_holding_a_secret_is_redacted(server, box):
         r = server.request("GET", f"/v1/sandboxes/{box}/python/variables/{var}")
         assert r.status == 200, r.body
         assert SECRET not in r.body.decode(), r.body
+
+
+def test_a_request_body_costly_to_read_does_not_balloon_the_server(tmp_path):
+    # The same shape from a client: a 16 MiB body (the default
+    # limits.max_body_bytes) of "{}," once took the server ~1.3 GiB to
+    # parse. Now at most JSON_REQUEST_BASE (256 MiB) + 4 bytes per byte of
+    # body, and the client gets a 413 saying why; the MCP endpoint parses
+    # its messages the same way.
+    s = Server(tmp_path)
+    try:
+        assert s.request("GET", "/healthz").status == 200
+        before = vm_hwm(s.proc.pid)
+        n = (16 * 1024 * 1024 - 64) // 3
+        body = b'{"code":"1","x":[' + b"{}," * (n - 1) + b"{}]}"
+        r = s.request("POST", "/v1/python", body, headers={"Content-Type": "application/json"},
+                      timeout=120)
+        assert r.status == 413, (r.status, r.body[:300])
+        assert b"memory" in r.body, r.body[:300]
+        assert vm_hwm(s.proc.pid) - before < 512 << 20
+        assert s.request("GET", "/healthz").status == 200
+    finally:
+        s.stop()
