@@ -334,8 +334,10 @@ static json_t *input_required(const struct mcp_job *j)
         _cleanup_free_ char *state = state_of(j);
         if (!state)
                 return NULL;
-        return json_pack("{s:s, s:O, s:s}", "resultType", "input_required", "inputRequests",
-                         j->requests, "requestState", state);
+        /* A copy: the reply is written out after the lock is released,
+         * while tasks/update may delete from j->requests. */
+        return json_pack("{s:s, s:o, s:s}", "resultType", "input_required", "inputRequests",
+                         json_deep_copy(j->requests), "requestState", state);
 }
 
 /* The job's answer as the answer to request id. */
@@ -816,8 +818,10 @@ json_t *mcp_tasks_get(struct mcp_session *s, const json_t *params, struct mcp_er
                 json_object_set_new(r, "statusMessage",
                                     json_string("cancelled: no input came within the run's "
                                                 "timeout"));
+        /* Copies, never the job's own objects: r is written out after the
+         * lock is released, while tasks/update deletes from j->requests. */
         if (r && j->state == INPUT_REQUIRED && json_object_size(j->requests))
-                json_object_set(r, "inputRequests", j->requests);
+                json_object_set_new(r, "inputRequests", json_deep_copy(j->requests));
         const json_t *result = json_object_get(j->answer, "result");
         const json_t *error = json_object_get(j->answer, "error");
         if (r && j->done && result && j->state != FAILED) {
@@ -826,7 +830,7 @@ json_t *mcp_tasks_get(struct mcp_session *s, const json_t *params, struct mcp_er
                 json_object_set_new(r, "result", copy);
         }
         if (r && j->done && error)
-                json_object_set(r, "error", (json_t *)error);
+                json_object_set_new(r, "error", json_deep_copy(error));
         pthread_mutex_unlock(&lock);
         return r;
 }

@@ -220,3 +220,56 @@ def test_another_tenants_task_id_answers_nothing_into_her_run(tmp_path, disable)
             assert value == ["from alice"]
     finally:
         server.stop()
+
+
+def test_reading_a_task_while_its_questions_are_answered(tmp_path):
+    """tasks/get put the job's own inputRequests object in its answer and
+    wrote it out after letting go of the job's lock, while tasks/update
+    deleted the answered questions from that object: the answer was written
+    from freed memory (a use-after-free under ASan, answers dropped as
+    internal errors otherwise). Readers and an answerer of one's own task
+    at once must all get whole answers. No debug switch: the normal build
+    (and the ASan build, which the suite also runs) only."""
+    import json
+    import threading
+    server = Server(tmp_path, tenants={"alice": ALICE}, build=BUILD)
+    failures, stop = [], threading.Event()
+    code = "big = 'x' * 20000\nfor r in range(6):\n    llm_query_batched([big] * 100)\n'done'"
+
+    def reader(task_id):
+        while not stop.is_set():
+            try:
+                doc = task_get(server, ALICE, task_id)
+                json.dumps(doc)
+                if "result" not in doc:
+                    failures.append(doc)
+            except Exception as e:  # a dropped connection, a bad answer
+                failures.append(repr(e))
+
+    try:
+        doc = modern(server, ALICE, "tools/call", {"name": "run_python", "arguments": {
+            "code": code, "timeout_s": 120}}, dict(TASKS, sampling={}))
+        task_id = doc["result"]["taskId"]
+        readers = [threading.Thread(target=reader, args=(task_id,)) for _ in range(3)]
+        for t in readers:
+            t.start()
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            own = task_get(server, ALICE, task_id)["result"]
+            if own["status"] not in ("working", "input_required"):
+                break
+            for key in list(own.get("inputRequests") or {}):
+                modern(server, ALICE, "tasks/update",
+                       {"taskId": task_id, "inputResponses": {key: answer("ok")}}, TASKS)
+            time.sleep(0.01)
+        stop.set()
+        for t in readers:
+            t.join()
+        assert own["status"] == "completed", own
+        assert own["result"]["structuredContent"]["return_value"] == "done", own
+        assert failures == [], failures[:3]
+        log = server.log_text()
+        assert "internal error" not in log and "AddressSanitizer" not in log, log[-2000:]
+    finally:
+        stop.set()
+        server.stop()
