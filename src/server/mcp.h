@@ -132,9 +132,13 @@ json_t *mcp_fail(struct mcp_error *e, int code, const char *fmt, ...)
 /* ---- sinks: where messages to the client go ------------------------------- */
 
 /* stdout, or one SSE stream. send() is thread-safe, borrows msg, and
- * returns -EPIPE once the client is gone. */
+ * returns -EPIPE once the client is gone; it waits while the client is
+ * behind. send_nowait (NULL: use send) never waits: a client too far
+ * behind loses the stream, and it returns -EPIPE; for a thread that
+ * serves many clients (subscriptions' updates). */
 struct mcp_sink {
         int (*send)(struct mcp_sink *sink, const json_t *msg);
+        int (*send_nowait)(struct mcp_sink *sink, const json_t *msg);
 };
 
 /* ---- sessions and calls ---------------------------------------------------- */

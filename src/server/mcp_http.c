@@ -367,6 +367,21 @@ static int stream_send(struct mcp_sink *sink, const json_t *msg)
         return text ? sse_queue_push(r->stream, "message", text, strlen(text)) : -ENOMEM;
 }
 
+/* struct mcp_sink.send_nowait: a client that lets its stream fall behind
+ * by the queue's whole size loses it (closed: the request ends). */
+static int stream_send_nowait(struct mcp_sink *sink, const json_t *msg)
+{
+        struct mcp_http_request *r =
+                (struct mcp_http_request *)((char *)sink - offsetof(struct mcp_http_request, sink));
+        _cleanup_free_ char *text = json_dumps(msg, JSON_COMPACT);
+        int ret = text ? sse_queue_offer(r->stream, "message", text, strlen(text)) : -ENOMEM;
+        if (ret == -EAGAIN) {
+                sse_queue_close(r->stream);
+                ret = -EPIPE;
+        }
+        return ret;
+}
+
 static struct mcp_http_request *request_new(struct mcp_http *m, struct http_session *hs,
                                             struct MHD_Connection *conn)
 {
@@ -379,6 +394,7 @@ static struct mcp_http_request *request_new(struct mcp_http *m, struct http_sess
         r->hs = hs;
         pthread_mutex_init(&r->lock, NULL);
         r->sink.send = stream_send;
+        r->sink.send_nowait = stream_send_nowait;
         r->stream = sse_queue_new(STREAM_QUEUE_MAX, ci ? ci->connect_fd : -1, m->shutdown_fd, -1);
         if (!r->stream) {
                 pthread_mutex_destroy(&r->lock);

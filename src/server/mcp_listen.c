@@ -453,6 +453,13 @@ static bool matches(const struct mcp_subscription *sub, const struct sub_uri *u,
         return tenant && strcmp(u->sandbox, c->sandbox) == 0 && touches(c->path, u->path);
 }
 
+/* The hub serves every subscription: a client that does not read loses
+ * its stream rather than hold up the others (send_nowait). */
+static int send_update(struct mcp_sink *sink, const json_t *msg)
+{
+        return sink->send_nowait ? sink->send_nowait(sink, msg) : sink->send(sink, msg);
+}
+
 struct update {
         struct mcp_subscription *sub; /* its `sending` counts this */
         json_t *msg;
@@ -490,7 +497,7 @@ send:
         pthread_mutex_unlock(&l->lock);
         for (size_t i = 0; i < n; i++)
                 if (v[i].msg)
-                        (void)v[i].sub->sink->send(v[i].sub->sink, v[i].msg);
+                        (void)send_update(v[i].sub->sink, v[i].msg);
         pthread_mutex_lock(&l->lock);
         for (size_t i = 0; i < n; i++) {
                 json_decref(v[i].msg);

@@ -120,14 +120,20 @@ int sse_queue_set_keepalive(struct sse_queue *q, const void *data, size_t len)
         return 0;
 }
 
-static int push_event(struct sse_queue *q, struct event *ev)
+static bool no_room(const struct sse_queue *q, const struct event *ev)
+{
+        return !q->closed && !q->ended && q->queued > 0 && q->queued + ev->len > q->max_bytes;
+}
+
+/* Queues ev (taken), waiting for room when wait, else -EAGAIN. */
+static int push_event(struct sse_queue *q, struct event *ev, bool wait)
 {
         if (!ev)
                 return -ENOMEM;
         pthread_mutex_lock(&q->lock);
-        while (!q->closed && !q->ended && q->queued > 0 && q->queued + ev->len > q->max_bytes)
+        while (wait && no_room(q, ev))
                 pthread_cond_wait(&q->room, &q->lock);
-        int r = q->closed || q->ended ? -EPIPE : 0;
+        int r = q->closed || q->ended ? -EPIPE : no_room(q, ev) ? -EAGAIN : 0;
         if (r == 0) {
                 if (q->tail)
                         q->tail->next = ev;
@@ -146,7 +152,12 @@ static int push_event(struct sse_queue *q, struct event *ev)
 
 int sse_queue_push(struct sse_queue *q, const char *name, const char *data, size_t len)
 {
-        return push_event(q, event_new(name, data, len));
+        return push_event(q, event_new(name, data, len), true);
+}
+
+int sse_queue_offer(struct sse_queue *q, const char *name, const char *data, size_t len)
+{
+        return push_event(q, event_new(name, data, len), false);
 }
 
 int sse_queue_push_raw(struct sse_queue *q, const void *data, size_t len)
@@ -156,7 +167,7 @@ int sse_queue_push_raw(struct sse_queue *q, const void *data, size_t len)
                 *ev = (struct event){.len = len};
                 memcpy(ev->data, data, len);
         }
-        return push_event(q, ev);
+        return push_event(q, ev, true);
 }
 
 int sse_queue_set_farewell(struct sse_queue *q, const char *name, const char *data, size_t len)

@@ -41,6 +41,9 @@ struct sse_queue *sse_queue_unref(struct sse_queue *q);
 /* Appends "event: NAME\ndata: DATA\n\n", waiting for room: 0, -EPIPE once
  * the queue is closed or ended, -ENOMEM. data must hold no newline. */
 int sse_queue_push(struct sse_queue *q, const char *event, const char *data, size_t len);
+/* Appends the event only if there is room now (never waits): 0, -EAGAIN
+ * when the reader is too far behind, -EPIPE, -ENOMEM. */
+int sse_queue_offer(struct sse_queue *q, const char *event, const char *data, size_t len);
 /* Appends len bytes as they are (a stream of another framing, e.g. the
  * Connect protocol's envelopes or NDJSON lines), waiting for room. */
 int sse_queue_push_raw(struct sse_queue *q, const void *data, size_t len);

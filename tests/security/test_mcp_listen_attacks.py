@@ -125,3 +125,56 @@ def test_another_tenants_file_changes_never_reach_a_subscription(target, change)
             assert first["params"]["uri"] == own
     finally:
         conn.close()
+
+
+def test_a_subscriber_that_never_reads_holds_up_no_one_else(tmp_path):
+    """One thread tells every subscription of its changes. Bob subscribes
+    64 long names of one file of his, never reads his stream and changes
+    the file until his stream's queue (4 MiB) is full: a server that then
+    waited for room held every other tenant's updates until bob's
+    connection timed out (a minute). Now bob loses his stream and alice
+    hears of her change at once. No debug switch: the normal build only."""
+    import socket
+    import threading
+    server = Server(tmp_path, tenants={"alice": ALICE, "bob": BOB}, build=BUILD)
+    hog = socket.socket()
+    try:
+        tool(server, BOB, "sandbox_create", {"name": "mine"})
+        tool(server, ALICE, "sandbox_create", {"name": "hers"})
+        tool(server, BOB, "file_write", {"sandbox": "mine", "path": "f.txt", "content": "0"})
+        # 64 names of one file, each ~8 KiB (distinct: equal ones count once)
+        uris = ["codecage://sandboxes/mine/files/" + "./" * (3990 + i) + "f.txt" for i in range(64)]
+        body = json.dumps({"jsonrpc": "2.0", "id": "hog", "method": "subscriptions/listen",
+                           "params": {"notifications": {"resourceSubscriptions": uris},
+                                      "_meta": META}}).encode()
+        hog.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        hog.connect(("127.0.0.1", server.port))
+        hog.sendall(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n" % server.port +
+                    b"Content-Type: application/json\r\nAccept: text/event-stream\r\n" +
+                    b"Authorization: Bearer " + BOB.encode() + b"\r\n" +
+                    b"MCP-Protocol-Version: " + V2026.encode() + b"\r\n" +
+                    b"Mcp-Method: subscriptions/listen\r\n" +
+                    b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        head = b""  # the acknowledgement, whole: subscribed; then bob reads no more
+        while b"acknowledged" not in head or b"\n\n" not in head[head.index(b"acknowledged"):]:
+            chunk = hog.recv(65536)
+            assert chunk, head[:300]
+            head += chunk
+        assert b" 200 " in head.split(b"\r\n")[0], head[:300]
+        for i in range(40):  # ~512 KiB of updates each: past the 4 MiB queue
+            server.ok("POST", "/v1/sandboxes/mine/files", {"path": "f.txt", "content": str(i)},
+                      token=BOB)
+        conn, stream = listen(server, ALICE, ["codecage://sandboxes/hers/files/a.txt"])
+        got = []
+        reader = threading.Thread(target=lambda: got.append(next(stream)), daemon=True)
+        try:
+            reader.start()
+            tool(server, ALICE, "file_write", {"sandbox": "hers", "path": "a.txt",
+                                               "content": "x"})
+            reader.join(30)  # a held-up hub: ~60 s, bob's idle timeout
+            assert got and got[0]["params"]["uri"].endswith("/hers/files/a.txt"), got
+        finally:
+            conn.close()
+    finally:
+        hog.close()
+        server.stop()
