@@ -870,7 +870,10 @@ void cage_http_quiesce(struct cage_http_server *srv)
 
 unsigned cage_http_active(struct cage_http_server *srv)
 {
-        return atomic_load(&srv->active);
+        /* An open subscriptions/listen stream is a counted POST, but no work:
+         * it ends when the server stops, so a drain must not wait for it. */
+        unsigned active = atomic_load(&srv->active), listening = mcp_http_listening(srv->mcp);
+        return active > listening ? active - listening : 0;
 }
 
 void cage_http_cancel(struct cage_http_server *srv)

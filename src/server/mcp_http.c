@@ -970,6 +970,16 @@ void mcp_http_quiesce(struct mcp_http *m, int timeout_ms)
         pthread_mutex_unlock(&m->lock);
 }
 
+unsigned mcp_http_listening(struct mcp_http *m)
+{
+        if (!m)
+                return 0;
+        pthread_mutex_lock(&m->lock);
+        unsigned n = (unsigned)m->listening;
+        pthread_mutex_unlock(&m->lock);
+        return n;
+}
+
 struct mcp_http *mcp_http_free(struct mcp_http *m)
 {
         if (!m)

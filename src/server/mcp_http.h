@@ -24,6 +24,9 @@ int mcp_http_new(const struct cage_config *cfg, struct cage_service *svc, int sh
  * timeout_ms for the subscriptions/listen streams to send their last
  * event and end, before the connections are cut. Accepts NULL. */
 void mcp_http_quiesce(struct mcp_http *m, int timeout_ms);
+/* subscriptions/listen streams open: requests that are no work under way
+ * (a drain does not wait for them; they end when the server stops). */
+unsigned mcp_http_listening(struct mcp_http *m);
 /* After every connection is gone: closes every session. Accepts NULL. */
 struct mcp_http *mcp_http_free(struct mcp_http *m);
 
