@@ -37,6 +37,9 @@ def _sanitized(build):
     return any(o["name"] == "b_sanitize" and o["value"] != "none" for o in opts)
 
 
+SANITIZED = _sanitized(BUILD)  # the build under test is ASan/UBSan's
+
+
 class Cage:
     """Runs `codecage run` from one build directory."""
 
