@@ -13,6 +13,8 @@
 
 #include "images/images.h"
 
+struct archive;
+
 #define MANIFEST_MAX      (4 * 1024 * 1024) /* bytes of a manifest or an index */
 #define IMAGE_CONFIG_MAX  (8 * 1024 * 1024) /* bytes of an image config */
 #define INDEX_ENTRIES_MAX 256               /* manifests in an index */
@@ -130,6 +132,12 @@ struct unpack_limits {
  * file bytes written. The caller discards root_fd's tree on failure. */
 int unpack_layer(int root_fd, int blob_fd, const struct unpack_limits *limits, uint64_t *ret_bytes,
                  struct cage_error *err);
+/* Lets a reads the compressions images use (gzip, zstd, bzip2, xz), each
+ * only when libarchive decodes it itself: a filter it would run an
+ * external program for (lzop, lrzip, grzip, or any of these on a build
+ * without its library) would feed a hostile registry's bytes to that
+ * program as root, outside every sandbox. */
+void unpack_support_filters(struct archive *a);
 /* Turns a layer entry's name into a clean relative path ("./a//b/" ->
  * "a/b", "" for the root itself) in out (size bytes): -EPERM for an
  * absolute path or a ".." component, -ENAMETOOLONG past IMAGE_PATH_MAX

@@ -92,7 +92,7 @@ static int stage_tar_utf8(struct source *src, int fd, struct cage_error *err)
         struct archive_entry *e;
         if (!a)
                 return cage_fail(err, -ENOMEM, "archive");
-        archive_read_support_filter_all(a);
+        unpack_support_filters(a);
         archive_read_support_format_tar(a);
         int r = 0, ar = archive_read_open_fd(a, fd, READ_BLOCK);
         while (ar == ARCHIVE_OK && r >= 0 && (ar = archive_read_next_header(a, &e)) == ARCHIVE_OK) {

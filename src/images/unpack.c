@@ -493,12 +493,35 @@ static int unpack_entry(struct layer *l, struct archive_entry *e)
         return set_add(&l->made, name) < 0 ? cage_fail(l->err, -ENOMEM, "layer") : 0;
 }
 
+/* Whether libarchive decodes with support itself (ARCHIVE_WARN: through an
+ * external program), tried on an archive of its own. */
+static bool decoded_inside(int (*support)(struct archive *))
+{
+        struct archive *a = archive_read_new();
+        bool inside = a && support(a) == ARCHIVE_OK;
+        archive_read_free(a);
+        return inside;
+}
+
+void unpack_support_filters(struct archive *a)
+{
+        static int (*const filters[])(struct archive *) = {
+                archive_read_support_filter_gzip,
+                archive_read_support_filter_zstd,
+                archive_read_support_filter_bzip2,
+                archive_read_support_filter_xz,
+        };
+        for (size_t i = 0; i < ELEMENTSOF(filters); i++)
+                if (decoded_inside(filters[i]))
+                        (void)filters[i](a);
+}
+
 static struct archive *open_archive(int fd, bool raw, struct cage_error *err)
 {
         struct archive *a = archive_read_new();
         if (!a)
                 return NULL;
-        archive_read_support_filter_all(a);
+        unpack_support_filters(a);
         if (raw)
                 archive_read_support_format_raw(a);
         else

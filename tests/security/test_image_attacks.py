@@ -380,3 +380,24 @@ def test_compressed_layer_that_does_not_match_its_diff_id(target, tmp_path):
     else:
         assert proc.returncode == 0, proc.stderr
         assert b"trojan" in (target.rootfs("swapped:2") / "bin/busybox").read_bytes()
+
+
+@pytest.mark.parametrize("magic", [b"\x89LZO\x00\r\n\x1a\n", b"LRZI\x00\x06"], ids=["lzop", "lrzip"])
+def test_a_layer_is_never_handed_to_an_external_decompressor(tmp_path, magic):
+    # libarchive decodes lzop and lrzip (and, on a build without their
+    # libraries, others) by running a program found on PATH: a layer in
+    # such a format would have been fed to that program as root, outside
+    # every sandbox. Here each such program only leaves a mark. No debug
+    # switch: the normal build only.
+    bindir, mark = tmp_path / "bin", tmp_path / "ran"
+    bindir.mkdir()
+    for prog in ("lzop", "lrzip", "grzip", "lz4", "lzip", "lzma", "xz", "zstd", "gzip", "bzip2"):
+        (bindir / prog).write_text(f"#!/bin/sh\necho {prog} >> {mark}\ncat > /dev/null\n")
+        (bindir / prog).chmod(0o755)
+    images = il.Images(BUILD, tmp_path, env=dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}"))
+    layer = magic + os.urandom(4096)
+    archive = tmp_path / "packed.tar"
+    il.docker_save(archive, [layer], tags=["packed:1"], diff_ids=[il.sha(layer)])
+    proc = images.run("import", str(archive))
+    assert proc.returncode != 0, proc.stdout
+    assert not mark.exists(), mark.read_text()
