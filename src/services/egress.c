@@ -38,6 +38,7 @@
 #include "util/cleanup.h"
 #include "util/clock.h"
 #include "util/error.h"
+#include "util/http_pin.h"
 
 #define CONN_STACK_BYTES (256 * 1024)
 #define CONNS_TOTAL_MAX  4096
@@ -216,6 +217,49 @@ int egress_resolve(const struct cage_config_network *cfg, const struct egress_al
 {
         return resolve_with(cfg, al, host, host_len, port, debug_switches(), ret, reason,
                             reason_len);
+}
+
+int egress_resolve_host(const struct cage_config_network *cfg, const char *host, uint16_t port,
+                        bool operator_listed, struct egress_target *t, char *reason,
+                        size_t reason_len)
+{
+        struct egress_decision *d = &t->decision;
+        bool unchecked = operator_listed || (debug_switches() & DEBUG_ADDRESS);
+        memset(t, 0, sizeof(*t));
+        t->port = port;
+        if (egress_host_canonical(host, strlen(host), d->host, &d->is_addr, &d->addr) < 0) {
+                snprintf(reason, reason_len, "\"%.200s\" is not a host name or an IP address",
+                         host);
+                return -EPERM;
+        }
+        d->allowed = true;
+        if (!d->is_addr)
+                return resolve_checked(cfg, t, unchecked, reason, reason_len);
+        t->addrs[0] = d->addr;
+        t->n_addrs = 1;
+        return check_address(cfg, d, &t->addrs[0], unchecked, reason, reason_len);
+}
+
+void egress_target_pin(const struct egress_target *t, struct http_pin *pin)
+{
+        pin->n_addrs = 0;
+        for (size_t i = 0; i < t->n_addrs && i < HTTP_PIN_ADDRS_MAX; i++)
+                egress_addr_to_sockaddr(&t->addrs[i], t->port, &pin->addrs[pin->n_addrs++]);
+}
+
+int egress_registry_resolve(const void *policy, const char *host, long port, bool operator_listed,
+                            struct http_pin *ret, char *reason, size_t reason_len)
+{
+        struct egress_target t;
+        if (port <= 0 || port > 65535) {
+                snprintf(reason, reason_len, "port %ld is not a TCP port", port);
+                return -EPERM;
+        }
+        int r = egress_resolve_host(policy, host, (uint16_t)port, operator_listed, &t, reason,
+                                    reason_len);
+        if (r == 0)
+                egress_target_pin(&t, ret);
+        return r;
 }
 
 static int connect_one(const struct egress_addr *a, uint16_t port, unsigned timeout_ms)

@@ -35,6 +35,7 @@
 
 struct cage_audit;
 struct cage_egress;
+struct http_pin;
 
 /* Who a sandbox's traffic is audited as. */
 struct cage_egress_owner {
@@ -72,6 +73,23 @@ struct egress_target {
 int egress_resolve(const struct cage_config_network *cfg, const struct egress_allowlist *al,
                    const char *host, size_t host_len, uint16_t port, struct egress_target *ret,
                    char *reason, size_t reason_len);
+
+/* The check of a host the server itself reaches for a tenant where no
+ * allowlist applies (an image's registry, docs/IMAGES.md): any canonical
+ * name or address, every resolved address checked with cfg->allow_private
+ * unless operator_listed (a host the operator named in the config, which
+ * may be private). Errors as egress_resolve(). */
+int egress_resolve_host(const struct cage_config_network *cfg, const char *host, uint16_t port,
+                        bool operator_listed, struct egress_target *ret, char *reason,
+                        size_t reason_len);
+
+/* egress_resolve_host() for the image store's registry requests: policy
+ * is a struct cage_config_network (a cage_registry_resolve_fn). */
+int egress_registry_resolve(const void *policy, const char *host, long port, bool operator_listed,
+                            struct http_pin *ret, char *reason, size_t reason_len);
+
+/* The addresses of t as the pin of a libcurl request (util/http_pin.h). */
+void egress_target_pin(const struct egress_target *t, struct http_pin *pin);
 
 /* Connects to the first reachable address of t within timeout_ms.
  * Returns a blocking socket, or -errno. *ret_index: the address used. */

@@ -18,12 +18,13 @@
 #include "util/cleanup.h"
 #include "util/clock.h"
 #include "util/error.h"
+#include "util/http_pin.h"
 
 #define URL_MAX 8192
 
 struct fetch {
         struct cage_service *svc;
-        const struct egress_target *target;
+        struct http_pin pin; /* the checked addresses of the current hop */
         char *data;
         size_t len, cap, max;
         bool too_big;
@@ -52,42 +53,6 @@ static size_t on_data(char *p, size_t size, size_t n, void *ctx)
         return add;
 }
 
-/* Refuses a connection to anything but the checked addresses. */
-static curl_socket_t on_open(void *ctx, curlsocktype purpose, struct curl_sockaddr *a)
-{
-        struct fetch *f = ctx;
-        struct egress_addr got;
-        (void)purpose;
-        if (egress_addr_from_sockaddr(&a->addr, &got) < 0)
-                return CURL_SOCKET_BAD;
-        for (size_t i = 0; i < f->target->n_addrs; i++)
-                if (memcmp(&got, &f->target->addrs[i], sizeof(got)) == 0)
-                        return socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
-        return CURL_SOCKET_BAD;
-}
-
-/* The scheme, host and port of url; -EINVAL for anything but http(s). */
-static int parse_url(const char *url, char **host, long *port)
-{
-        CURLU *u = curl_url();
-        char *scheme = NULL, *user = NULL, *portstr = NULL;
-        int r = -EINVAL;
-        if (u && curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK &&
-            curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) == CURLUE_OK &&
-            (strcmp(scheme, "http") == 0 || strcmp(scheme, "https") == 0) &&
-            curl_url_get(u, CURLUPART_USER, &user, 0) == CURLUE_NO_USER &&
-            curl_url_get(u, CURLUPART_HOST, host, 0) == CURLUE_OK &&
-            curl_url_get(u, CURLUPART_PORT, &portstr, CURLU_DEFAULT_PORT) == CURLUE_OK) {
-                *port = strtol(portstr, NULL, 10);
-                r = *port > 0 && *port < 65536 ? 0 : -EINVAL;
-        }
-        curl_free(scheme);
-        curl_free(user);
-        curl_free(portstr);
-        curl_url_cleanup(u);
-        return r;
-}
-
 static void audit_fetch(struct cage_service *svc, const char *tenant, json_t *labels,
                         enum cage_audit_event ev, json_t *fields)
 {
@@ -97,26 +62,17 @@ static void audit_fetch(struct cage_service *svc, const char *tenant, json_t *la
 
 /* One hop: *ret_status is the HTTP status; *ret_location a redirect's
  * target (malloc'ed) or NULL. */
-static int fetch_hop(struct fetch *f, const char *url, const char *host, long port,
-                     int64_t deadline, long *ret_status, char **ret_location, char *reason,
-                     size_t reason_len)
+static int fetch_hop(struct fetch *f, const char *url, const struct http_url *u, int64_t deadline,
+                     long *ret_status, char **ret_location, char *reason, size_t reason_len)
 {
-        char resolve[EGRESS_HOST_MAX + 80], addr[64];
-        egress_addr_format(&f->target->addrs[0], addr, sizeof(addr));
-        bool v6 = f->target->addrs[0].family == AF_INET6;
-        snprintf(resolve, sizeof(resolve), "%s:%ld:%s%s%s", host, port, v6 ? "[" : "", addr,
-                 v6 ? "]" : "");
-        struct curl_slist *pin = curl_slist_append(NULL, resolve);
         CURL *c = curl_easy_init();
-        if (!c || !pin) {
-                curl_slist_free_all(pin);
+        if (!c || http_pin_apply(c, &f->pin, u->host, u->port) < 0) {
+                http_pin_done(&f->pin);
                 curl_easy_cleanup(c);
                 return -ENOMEM;
         }
         int64_t left = deadline - (int64_t)clock_mono_ms();
         curl_easy_setopt(c, CURLOPT_URL, url);
-        curl_easy_setopt(c, CURLOPT_RESOLVE, pin);
-        curl_easy_setopt(c, CURLOPT_NOPROXY, "*");
         curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
         curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
         curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
@@ -124,8 +80,6 @@ static int fetch_hop(struct fetch *f, const char *url, const char *host, long po
         curl_easy_setopt(c, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)f->max);
         curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
         curl_easy_setopt(c, CURLOPT_WRITEDATA, f);
-        curl_easy_setopt(c, CURLOPT_OPENSOCKETFUNCTION, on_open);
-        curl_easy_setopt(c, CURLOPT_OPENSOCKETDATA, f);
         curl_easy_setopt(c, CURLOPT_USERAGENT, "codecage/" CODECAGE_VERSION);
         CURLcode cr = curl_easy_perform(c);
         char *location = NULL;
@@ -143,7 +97,7 @@ static int fetch_hop(struct fetch *f, const char *url, const char *host, long po
                     : f->too_big || cr == CURLE_FILESIZE_EXCEEDED ? -EFBIG
                                                                   : -EREMOTEIO;
         }
-        curl_slist_free_all(pin);
+        http_pin_done(&f->pin);
         curl_easy_cleanup(c);
         return r;
 }
@@ -160,10 +114,9 @@ int svc_fetch_url(struct cage_service *svc, const char *tenant, json_t *labels, 
                 return cage_fail(err, -EINVAL, "%s: must be a URL of at most %d bytes", field,
                                  URL_MAX);
         for (uint32_t hop = 0;; hop++) {
-                char *host = NULL;
-                long port = 0, status = 0;
-                if (parse_url(current, &host, &port) < 0) {
-                        curl_free(host);
+                struct http_url u;
+                long status = 0;
+                if (http_url_parse(current, &u) < 0) {
                         free(f.data);
                         return cage_fail(err, -EINVAL,
                                          "%s: \"%.200s\" is not an http:// or https:// URL "
@@ -171,11 +124,10 @@ int svc_fetch_url(struct cage_service *svc, const char *tenant, json_t *labels, 
                                          field, current);
                 }
                 struct egress_target t;
-                int r = egress_resolve(&cfg->network, &cfg->network.allow, host, strlen(host),
-                                       (uint16_t)port, &t, reason, sizeof(reason));
-                json_t *fields = json_pack("{s:s, s:i}", "host", host, "port", (int)port);
+                int r = egress_resolve(&cfg->network, &cfg->network.allow, u.host, strlen(u.host),
+                                       (uint16_t)u.port, &t, reason, sizeof(reason));
+                json_t *fields = json_pack("{s:s, s:i}", "host", u.host, "port", (int)u.port);
                 if (r < 0) {
-                        curl_free(host);
                         json_object_set_new(fields, "reason", json_string(reason));
                         cage_metrics_egress(false, 0, 0);
                         audit_fetch(svc, tenant, labels, CAGE_AUDIT_NETWORK_DENY, fields);
@@ -183,13 +135,12 @@ int svc_fetch_url(struct cage_service *svc, const char *tenant, json_t *labels, 
                         return cage_fail_plain(err, r == -EPERM ? -EPERM : -EHOSTUNREACH, "%s: %s",
                                                field, reason);
                 }
-                f.target = &t;
+                egress_target_pin(&t, &f.pin);
                 f.len = 0;
                 char *location = NULL;
                 int64_t start = (int64_t)clock_mono_ms();
-                r = fetch_hop(&f, current, host, port, deadline, &status, &location, reason,
+                r = fetch_hop(&f, current, &u, deadline, &status, &location, reason,
                               sizeof(reason));
-                curl_free(host);
                 char addr[64];
                 json_object_set_new(
                         fields, "address",
