@@ -69,6 +69,18 @@ struct cage_registry_mirrors {
         size_t n_mirrors;
 };
 
+struct http_pin;
+
+/* Where a registry request may connect (docs/IMAGES.md, "Private
+ * addresses"): resolves host and checks every address against the server's
+ * network policy, filling ret (util/http_pin.h) with the checked ones;
+ * operator_listed: the host is named in this section (plain_http, mirrors,
+ * credentials) and may be private. -EPERM or -EHOSTUNREACH with a sentence
+ * in reason otherwise. */
+typedef int (*cage_registry_resolve_fn)(const void *policy, const char *host, long port,
+                                        bool operator_listed, struct http_pin *ret, char *reason,
+                                        size_t reason_len);
+
 /* The server config's `images` section (docs/IMAGES.md). Immutable once
  * parsed; any thread may read it. */
 struct cage_images_config {
@@ -88,6 +100,10 @@ struct cage_images_config {
         uint64_t max_layer_entries; /* per layer */
         uint32_t max_layers;        /* per image */
         uint32_t pull_timeout_s;    /* of one whole pull */
+        /* Set by the server config (not parsed): the network policy that
+         * registry requests follow. NULL: no registry is ever reached. */
+        cage_registry_resolve_fn resolve;
+        const void *resolve_policy;
 };
 
 /* Fills *ret from a JSON object (the `images` section), or with every

@@ -8,6 +8,14 @@
  * `Basic` is answered with the credentials. Credentials go only to the
  * registry's own host and its token realm, never across redirects.
  *
+ * Where requests connect: redirects are followed here, one hop at a time;
+ * every hop (the registry, a token realm, a redirect's target) is resolved
+ * and its addresses checked by the config's network policy before libcurl,
+ * pinned to them (util/http_pin.h), connects. Only hosts the images config
+ * lists (plain_http, mirrors, credentials) may be private; plain HTTP only
+ * to hosts in plain_http. What a redirect's target answered (status, size,
+ * digest) stays out of messages.
+ *
  * Nothing the registry sends is trusted: HTTPS unless the registry is
  * listed in plain_http; every body is bounded (manifests 4 MiB, configs
  * 8 MiB, layers images.max_layer_bytes, tokens 1 MiB) and every blob is
@@ -27,6 +35,7 @@
 #include "util/cleanup.h"
 #include "util/clock.h"
 #include "util/error.h"
+#include "util/http_pin.h"
 
 #define TOKEN_BODY_MAX  (1024 * 1024)
 #define ERROR_BODY_MAX  (64 * 1024)
@@ -63,7 +72,8 @@ struct response {
         size_t len, max;
         struct blob_writer *writer; /* blob bodies of 200 answers go here */
         struct cage_error *err;
-        int failed; /* -errno set by a callback */
+        int failed;      /* -errno set by a callback */
+        bool redirected; /* the answer came from a redirect's target */
         struct client *c;
 };
 
@@ -167,24 +177,99 @@ static void set_auth(struct client *c, struct curl_slist **headers, bool token_r
         }
 }
 
-static int http_get(struct client *c, const char *url, const char *accept, bool token_request,
-                    struct response *r, struct cage_error *err)
+/* Whether host:port is named in the images config (plain_http, mirrors,
+ * credentials): the operator's own registries, which may be private. */
+static bool listed_in(char *const *list, size_t n, const struct http_url *u)
+{
+        char with_port[HTTP_HOST_MAX + 8];
+        long default_port = u->https ? 443 : 80;
+        snprintf(with_port, sizeof(with_port), "%s:%ld", u->host, u->port);
+        for (size_t i = 0; i < n; i++)
+                if (strcasecmp(list[i], with_port) == 0 ||
+                    (u->port == default_port && strcasecmp(list[i], u->host) == 0))
+                        return true;
+        return false;
+}
+
+static bool operator_listed(const struct cage_images_config *cfg, const struct http_url *u)
+{
+        if (listed_in(cfg->plain_http, cfg->n_plain_http, u))
+                return true;
+        for (size_t i = 0; i < cfg->n_mirrors; i++)
+                if (listed_in(&cfg->mirrors[i].registry, 1, u) ||
+                    listed_in(cfg->mirrors[i].mirrors, cfg->mirrors[i].n_mirrors, u))
+                        return true;
+        for (size_t i = 0; i < cfg->n_credentials; i++)
+                if (listed_in(&cfg->credentials[i].registry, 1, u))
+                        return true;
+        return false;
+}
+
+/* Checks one hop before any connection: an http:// URL only to a host
+ * listed in plain_http, and its addresses through the network policy
+ * (private ones only for a host the operator listed). Pins the handle. */
+static int check_hop(struct client *c, const char *url, int hop, struct http_pin *pin,
+                     struct cage_error *err)
+{
+        struct http_url u;
+        char reason[512] = "";
+        const char *what = hop ? "a redirect" : "a request";
+        if (http_url_parse(url, &u) < 0)
+                return cage_fail_plain(err, -EPROTO,
+                                       "registry %s: %s to a URL that is not http(s) without "
+                                       "user information, refused",
+                                       c->host, what);
+        if (!u.https && !listed_in(c->cfg->plain_http, c->cfg->n_plain_http, &u))
+                return cage_fail_plain(err, -EPERM,
+                                       "registry %s: %s to http://%s:%ld refused: only hosts "
+                                       "in images.plain_http are reached over plain HTTP",
+                                       c->host, what, u.host, u.port);
+        if (!c->cfg->resolve)
+                return cage_fail_plain(err, -EPERM,
+                                       "registry %s: refused: no network policy to check its "
+                                       "address against",
+                                       c->host);
+        int rc = c->cfg->resolve(c->cfg->resolve_policy, u.host, u.port,
+                                 operator_listed(c->cfg, &u), pin, reason, sizeof(reason));
+        if (rc < 0)
+                return cage_fail_plain(err, rc == -EPERM ? -EPERM : -EHOSTUNREACH,
+                                       "registry %s: %s to %s:%ld refused: %s%s", c->host, what,
+                                       u.host, u.port, reason,
+                                       rc == -EPERM ? " (a registry listed in images.plain_http, "
+                                                      "images.mirrors or images.credentials may "
+                                                      "be private; others need "
+                                                      "network.allow_private)"
+                                                    : "");
+        rc = http_pin_apply(c->curl, pin, u.host, u.port);
+        if (rc < 0)
+                return cage_fail(err, rc, "registry %s", c->host);
+        curl_easy_setopt(c->curl, CURLOPT_PROTOCOLS_STR, u.https ? "https" : "http");
+        return 0;
+}
+
+/* One request to url, without following a redirect; credentials only when
+ * with_auth (the first hop: they never cross a redirect). */
+static int http_get_once(struct client *c, const char *url, const char *accept, bool token_request,
+                         bool with_auth, struct http_pin *pin, struct response *r,
+                         struct cage_error *err)
 {
         uint64_t now = clock_mono_ms();
         if (now >= c->deadline_ms)
                 return cage_fail_plain(err, -ETIMEDOUT, "pulling %s: more than %u s", c->ref->full,
                                        c->cfg->pull_timeout_s);
         struct curl_slist *headers = accept ? curl_slist_append(NULL, accept) : NULL;
-        const char *protocols = c->plain ? "http,https" : "https";
         r->c = c;
         r->err = err;
         curl_easy_reset(c->curl);
-        set_auth(c, &headers, token_request);
+        int rc = check_hop(c, url, r->redirected, pin, err);
+        if (rc < 0) {
+                curl_slist_free_all(headers);
+                return rc;
+        }
+        if (with_auth)
+                set_auth(c, &headers, token_request);
         curl_easy_setopt(c->curl, CURLOPT_URL, url);
-        curl_easy_setopt(c->curl, CURLOPT_PROTOCOLS_STR, protocols);
-        curl_easy_setopt(c->curl, CURLOPT_REDIR_PROTOCOLS_STR, protocols);
-        curl_easy_setopt(c->curl, CURLOPT_FOLLOWLOCATION, 1L);
-        curl_easy_setopt(c->curl, CURLOPT_MAXREDIRS, (long)MAX_REDIRECTS);
+        curl_easy_setopt(c->curl, CURLOPT_FOLLOWLOCATION, 0L);
         curl_easy_setopt(c->curl, CURLOPT_NOSIGNAL, 1L);
         curl_easy_setopt(c->curl, CURLOPT_CONNECTTIMEOUT, (long)CONNECT_TIMEOUT);
         curl_easy_setopt(c->curl, CURLOPT_LOW_SPEED_LIMIT, (long)LOW_SPEED_BYTES);
@@ -199,15 +284,28 @@ static int http_get(struct client *c, const char *url, const char *accept, bool 
         curl_easy_setopt(c->curl, CURLOPT_XFERINFOFUNCTION, on_progress);
         curl_easy_setopt(c->curl, CURLOPT_XFERINFODATA, r);
         curl_easy_setopt(c->curl, CURLOPT_NOPROGRESS, 0L);
-        CURLcode rc = curl_easy_perform(c->curl);
+        CURLcode cc = curl_easy_perform(c->curl);
         curl_slist_free_all(headers);
+        http_pin_done(pin);
         if (r->failed)
                 return r->failed;
-        if (rc != CURLE_OK)
-                return cage_fail_plain(err, rc == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT : -EIO,
-                                       "registry %s: %s", c->host, curl_easy_strerror(rc));
+        if (cc != CURLE_OK)
+                return cage_fail_plain(err, cc == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT : -EIO,
+                                       "registry %s: %s", c->host,
+                                       r->redirected ? "a redirect's target failed"
+                                                     : curl_easy_strerror(cc));
         curl_easy_getinfo(c->curl, CURLINFO_RESPONSE_CODE, &r->status);
         return 0;
+}
+
+/* The target of a redirect answer (malloc'ed), or NULL for any other. */
+static char *redirect_target(struct client *c, const struct response *r)
+{
+        char *location = NULL;
+        if (r->status < 300 || r->status >= 400 ||
+            curl_easy_getinfo(c->curl, CURLINFO_REDIRECT_URL, &location) != CURLE_OK || !location)
+                return NULL;
+        return strdup(location);
 }
 
 static void response_reset(struct response *r)
@@ -216,6 +314,30 @@ static void response_reset(struct response *r)
         struct blob_writer *w = r->writer;
         size_t max = r->max;
         *r = (struct response){.writer = w, .max = max};
+}
+
+/* GET url, following redirects here one checked hop at a time. */
+static int http_get(struct client *c, const char *url, const char *accept, bool token_request,
+                    struct response *r, struct cage_error *err)
+{
+        struct http_pin pin = {};
+        _cleanup_free_ char *current = strdup(url);
+        if (!current)
+                return cage_fail(err, -ENOMEM, "registry %s", c->host);
+        r->redirected = false;
+        for (int hop = 0;; hop++) {
+                int rc = http_get_once(c, current, accept, token_request, hop == 0, &pin, r, err);
+                char *next = rc < 0 ? NULL : redirect_target(c, r);
+                if (!next)
+                        return rc;
+                free(current);
+                current = next;
+                if (hop == MAX_REDIRECTS)
+                        return cage_fail_plain(err, -EIO, "registry %s: more than %d redirects",
+                                               c->host, MAX_REDIRECTS);
+                response_reset(r);
+                r->redirected = true;
+        }
 }
 
 /* ---- authentication ---- */
@@ -338,6 +460,9 @@ static int status_error(struct client *c, const struct response *r, const char *
         int code = r->status == 404                       ? -ENOENT
                    : r->status == 401 || r->status == 403 ? -EACCES
                                                           : -EIO;
+        if (r->redirected) /* what another host answered is not ours to tell */
+                return cage_fail_plain(err, code, "registry %s: %s: a redirect's target refused",
+                                       c->host, what);
         return cage_fail_plain(err, code, "registry %s: %s: HTTP %ld", c->host, what, r->status);
 }
 
@@ -357,10 +482,14 @@ static int fetch_manifest(struct client *c, const char *reference, const char *e
         if (rc >= 0)
                 rc = blob_put_buffer(c->store, r.body ? r.body : "", r.len, ret_digest, err);
         if (rc >= 0 && expect && strcmp(expect, ret_digest) != 0 && image_guard_on(GUARD_DIGEST))
-                rc = cage_fail_plain(err, -EBADMSG,
-                                     "registry %s: the manifest of %s has digest "
-                                     "%s",
-                                     c->host, expect, ret_digest);
+                rc = r.redirected ? cage_fail_plain(err, -EBADMSG,
+                                                    "registry %s: the manifest %s a redirect led "
+                                                    "to does not match its digest",
+                                                    c->host, expect)
+                                  : cage_fail_plain(err, -EBADMSG,
+                                                    "registry %s: the manifest of %s has digest "
+                                                    "%s",
+                                                    c->host, expect, ret_digest);
         if (rc >= 0)
                 rc = manifest_parse(r.body, r.len, r.content_type, c->cfg->max_layers, ret, err);
         free(r.body);
@@ -385,7 +514,13 @@ static int download_blob(struct client *c, const struct descriptor *d, uint64_t 
                 blob_writer_abort(c->store, &w);
                 return rc;
         }
-        return blob_writer_commit(c->store, &w, NULL, err);
+        rc = blob_writer_commit(c->store, &w, NULL, err);
+        if (rc == -EBADMSG && r.redirected) /* no sizes or digests of another host's answer */
+                rc = cage_fail_plain(err, rc,
+                                     "registry %s: blob %s: what a redirect led to does not "
+                                     "match its size and digest",
+                                     c->host, d->digest);
+        return rc;
 }
 
 /* Fetches a blob unless the store has it, once however many want it. */

@@ -34,6 +34,7 @@
 #include <jansson.h>
 
 #include "core/spec.h"
+#include "egress.h"
 #include "redact.h"
 #include "util/cleanup.h"
 #include "util/error.h"
@@ -1382,6 +1383,8 @@ static int config_from_json(json_t *root, struct cage_config **ret, struct cage_
             (r = parse_pool(root, cfg, err)) < 0 || (r = parse_quotas(root, cfg, err)) < 0 ||
             (r = config_parse_e2b(root, cfg, err)) < 0)
                 return r;
+        cfg->images.resolve = egress_registry_resolve;
+        cfg->images.resolve_policy = &cfg->network;
         *ret = TAKE_PTR(cfg);
         return 0;
 }

@@ -374,8 +374,15 @@ def test_pull_with_a_bearer_token(images, token_registry, tmp_path):
     token_registry.push(f"oci:{layout}:x", "priv/bb:1", creds="alice:s3cret-pass")
     ref = f"{token_registry.host}/priv/bb:1"
     tokens = token_registry.tokens
-    # anonymous: the token service answers, but its token grants nothing
+    # the token realm is another plain-HTTP loopback host: it must be listed too
+    plain = [token_registry.host, f"127.0.0.1:{tokens.port}"]
     images.write_config({"plain_http": [token_registry.host]})
+    tokens.requests.clear()
+    p = images.run("pull", ref)
+    assert p.returncode != 0 and "plain_http" in p.stderr
+    assert not tokens.requests
+    # anonymous: the token service answers, but its token grants nothing
+    images.write_config({"plain_http": plain})
     tokens.requests.clear()
     p = images.run("pull", ref)
     assert p.returncode == 125 and "denied" in p.stderr
@@ -383,7 +390,7 @@ def test_pull_with_a_bearer_token(images, token_registry, tmp_path):
     assert tokens.requests[-1]["scope"] == "repository:priv/bb:pull"
     assert tokens.requests[-1]["service"] == "codecage-test-registry"
     # with credentials: they go to the token service, the token to the registry
-    images.write_config({"plain_http": [token_registry.host], "credentials": {
+    images.write_config({"plain_http": plain, "credentials": {
         token_registry.host: {"username": "alice", "password": "s3cret-pass"}}})
     tokens.requests.clear()
     images.ok("pull", ref)
