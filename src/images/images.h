@@ -97,6 +97,7 @@ struct cage_images_config {
         enum cage_pull_policy pull_policy;
         uint64_t max_store_bytes;   /* budget of the store; 0 = none */
         uint64_t max_layer_bytes;   /* per layer: download size and unpacked size */
+        uint64_t max_image_bytes;   /* per image: unpacked size of all its layers */
         uint64_t max_layer_entries; /* per layer */
         uint32_t max_layers;        /* per image */
         uint32_t pull_timeout_s;    /* of one whole pull */

@@ -269,6 +269,11 @@ static int parse_numbers(struct cage_images_config *c, const json_t *section,
                         return r;
                 c->max_layer_bytes = v * MIB;
         }
+        if ((j = json_object_get(section, "max_image_mib"))) {
+                if ((r = parse_number(j, "max_image_mib", 1, 1ULL << 24, &v, err)) < 0)
+                        return r;
+                c->max_image_bytes = v * MIB;
+        }
         if ((j = json_object_get(section, "max_layer_entries")) &&
             (r = parse_number(j, "max_layer_entries", 1, 100000000, &c->max_layer_entries, err)) <
                     0)
@@ -291,6 +296,7 @@ static void set_defaults(struct cage_images_config *c)
         *c = (struct cage_images_config){
                 .pull_policy = CAGE_PULL_MISSING,
                 .max_layer_bytes = 16384 * MIB,
+                .max_image_bytes = 32768 * MIB,
                 .max_layer_entries = 500000,
                 .max_layers = 128,
                 .pull_timeout_s = 1800,
@@ -301,10 +307,11 @@ static void set_defaults(struct cage_images_config *c)
 
 static int check_keys(const json_t *section, struct cage_error *err)
 {
-        static const char *const keys[] = {
-                "allow",         "credentials",       "docker_config", "mirrors",
-                "plain_http",    "platform",          "pull_policy",   "max_store_mib",
-                "max_layer_mib", "max_layer_entries", "max_layers",    "pull_timeout_s"};
+        static const char *const keys[] = {"allow",         "credentials",       "docker_config",
+                                           "mirrors",       "plain_http",        "platform",
+                                           "pull_policy",   "max_store_mib",     "max_layer_mib",
+                                           "max_image_mib", "max_layer_entries", "max_layers",
+                                           "pull_timeout_s"};
         const char *k;
         json_t *v;
         json_object_foreach((json_t *)section, k, v)

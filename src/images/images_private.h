@@ -122,14 +122,20 @@ json_t *image_config_json(const struct image_config *c);
 /* ---- unpacking (unpack.c) ---- */
 
 struct unpack_limits {
-        uint64_t max_bytes;   /* file bytes (logical sizes) of one layer */
-        uint64_t max_entries; /* entries of one layer */
+        uint64_t max_bytes;             /* file bytes (logical sizes) of one layer */
+        uint64_t max_entries;           /* entries of one layer */
+        uint64_t max_image_bytes;       /* file bytes of all the image's layers; 0 = none */
+        uint64_t image_bytes;           /* file bytes of the layers applied before this one */
+        const struct cage_image_op *op; /* its cancellation stops the work; may be NULL */
+        uint64_t deadline_ms;           /* clock_mono_ms() the work stops at; 0 = none */
 };
 
 /* Applies one layer (a tar, compressed or not, read from blob_fd) to the
  * directory root_fd: whiteouts remove what lower layers made, entries are
  * created beneath root_fd and never through a symlink. *ret_bytes gets the
- * file bytes written. The caller discards root_fd's tree on failure. */
+ * file bytes written. The op's cancellation (-ECANCELED) and the deadline
+ * (-ETIMEDOUT) are checked before the first entry, then after every MiB of
+ * data or 256 entries. The caller discards root_fd's tree on failure. */
 int unpack_layer(int root_fd, int blob_fd, const struct unpack_limits *limits, uint64_t *ret_bytes,
                  struct cage_error *err);
 /* Lets a reads the compressions images use (gzip, zstd, bzip2, xz), each
@@ -152,7 +158,12 @@ locale_t images_utf8_enter(void);
 void images_utf8_leave(locale_t old);
 /* Removes name (any type, recursively) from the directory dfd. */
 int remove_tree_at(int dfd, const char *name);
-/* The sha256 of the uncompressed tar in blob_fd (a layer's diff id). */
+/* The sha256 of the uncompressed tar in blob_fd (a layer's diff id), of
+ * at most limits->max_bytes, stopped by the op's cancellation and the
+ * deadline as unpack_layer is (-ECANCELED, -ETIMEDOUT). */
+int layer_diff_id_within(int blob_fd, const struct unpack_limits *limits,
+                         char ret[CAGE_IMAGE_DIGEST_LEN + 1], struct cage_error *err);
+/* layer_diff_id_within with no bound but max_bytes. */
 int layer_diff_id(int blob_fd, uint64_t max_bytes, char ret[CAGE_IMAGE_DIGEST_LEN + 1],
                   struct cage_error *err);
 
@@ -178,5 +189,12 @@ void store_collect_blobs(struct cage_image_store *store);
 int store_commit(struct cage_image_store *store, const char *manifest_digest,
                  const char *const *refs, const struct cage_image_op *op,
                  char ret_id[CAGE_IMAGE_DIGEST_LEN + 1], struct cage_error *err);
+/* store_commit, stopped (-ETIMEDOUT, the image not made) once
+ * clock_mono_ms() reaches deadline_ms (a pull's; 0 = none) while the
+ * layers are hashed and unpacked. */
+int store_commit_until(struct cage_image_store *store, const char *manifest_digest,
+                       const char *const *refs, const struct cage_image_op *op,
+                       uint64_t deadline_ms, char ret_id[CAGE_IMAGE_DIGEST_LEN + 1],
+                       struct cage_error *err);
 
 #endif

@@ -370,6 +370,7 @@ struct commit {
         char id[CAGE_IMAGE_DIGEST_LEN + 1];
         const char *manifest_digest;
         uint64_t size;
+        uint64_t deadline_ms; /* the pull's, or 0 */
 };
 
 static int load_image(struct cage_image_store *s, struct commit *c, struct cage_error *err)
@@ -398,13 +399,13 @@ static int load_image(struct cage_image_store *s, struct commit *c, struct cage_
 /* A compressed layer's uncompressed content must be what the image's
  * config names (rootfs.diff_ids), as the manifest's digest pins only the
  * compressed bytes. Leaves the fd at its start. */
-static int verify_diff_id(struct cage_image_store *s, int fd, const char *digest,
-                          const char *diff_id, struct cage_error *err)
+static int verify_diff_id(int fd, const char *digest, const char *diff_id,
+                          const struct unpack_limits *limits, struct cage_error *err)
 {
         char computed[CAGE_IMAGE_DIGEST_LEN + 1];
         if (strcmp(digest, diff_id) == 0 || !image_guard_on(GUARD_DIGEST))
                 return 0;
-        int r = layer_diff_id(fd, s->cfg->max_layer_bytes, computed, err);
+        int r = layer_diff_id_within(fd, limits, computed, err);
         if (r == 0 && strcmp(computed, diff_id) != 0)
                 r = cage_fail_plain(err, -EBADMSG,
                                     "layer %.19s uncompressed is %s, not the config's diff_id %s",
@@ -418,7 +419,10 @@ static int unpack_all(struct cage_image_store *s, struct commit *c, int root_fd,
                       const struct cage_image_op *op, struct cage_error *err)
 {
         struct unpack_limits limits = {.max_bytes = s->cfg->max_layer_bytes,
-                                       .max_entries = s->cfg->max_layer_entries};
+                                       .max_entries = s->cfg->max_layer_entries,
+                                       .max_image_bytes = s->cfg->max_image_bytes,
+                                       .op = op,
+                                       .deadline_ms = c->deadline_ms};
         for (size_t i = 0; i < c->manifest.n_entries; i++) {
                 const struct descriptor *d = &c->manifest.entries[i];
                 if (op_cancelled(op))
@@ -429,7 +433,8 @@ static int unpack_all(struct cage_image_store *s, struct commit *c, int root_fd,
                 uint64_t bytes = 0;
                 if (fd < 0)
                         return fd;
-                int r = verify_diff_id(s, fd, d->digest, c->config.diff_ids[i], err);
+                limits.image_bytes = c->size;
+                int r = verify_diff_id(fd, d->digest, c->config.diff_ids[i], &limits, err);
                 if (r == 0)
                         r = unpack_layer(root_fd, fd, &limits, &bytes, err);
                 if (r < 0) {
@@ -536,7 +541,15 @@ int store_commit(struct cage_image_store *s, const char *manifest_digest, const 
                  const struct cage_image_op *op, char ret_id[CAGE_IMAGE_DIGEST_LEN + 1],
                  struct cage_error *err)
 {
-        struct commit c = {.manifest_digest = manifest_digest};
+        return store_commit_until(s, manifest_digest, refs, op, 0, ret_id, err);
+}
+
+int store_commit_until(struct cage_image_store *s, const char *manifest_digest,
+                       const char *const *refs, const struct cage_image_op *op,
+                       uint64_t deadline_ms, char ret_id[CAGE_IMAGE_DIGEST_LEN + 1],
+                       struct cage_error *err)
+{
+        struct commit c = {.manifest_digest = manifest_digest, .deadline_ms = deadline_ms};
         int r = load_image(s, &c, err);
         if (r >= 0) {
                 char meta_rel[128];
@@ -1020,12 +1033,14 @@ int cage_image_pull(struct cage_image_store *s, const char *ref, const struct ca
                                        r.full);
         const char *const refs[] = {r.full, NULL};
         {
+                /* registry_pull's own deadline starts at the same time */
+                uint64_t deadline_ms = clock_mono_ms() + s->cfg->pull_timeout_s * 1000ULL;
                 _cleanup_close_ int hold = store_hold_blobs(s, err);
                 if (hold < 0)
                         return hold;
                 rc = registry_pull(s, &r, op, manifest, err);
                 if (rc >= 0)
-                        rc = store_commit(s, manifest, refs, op, id, err);
+                        rc = store_commit_until(s, manifest, refs, op, deadline_ms, id, err);
         }
         if (rc < 0) {
                 store_collect_blobs(s); /* a failed pull leaves no blob nothing uses */

@@ -20,7 +20,10 @@
  *    (image-whiteout); AUFS's bookkeeping directories at the top
  *    (.wh..wh.plnk, .wh..wh.orph) are skipped, as Docker skips them;
  *  - entries, file bytes (logical sizes: a sparse file counts in full) and
- *    path lengths are bounded per layer (image-bounds).
+ *    path lengths are bounded per layer, file bytes per image too
+ *    (image-bounds);
+ *  - the op's cancellation and the pull's deadline are checked as the work
+ *    goes, every MiB of data or 256 entries.
  * A refused entry fails the whole layer; the caller then discards the root
  * it was building, so the store never sees a half-applied image. */
 #include <archive.h>
@@ -40,6 +43,7 @@
 
 #include "images/images_private.h"
 #include "util/cleanup.h"
+#include "util/clock.h"
 #include "util/error.h"
 #include "util/fdutil.h"
 
@@ -47,6 +51,8 @@
 #define DEPTH_MAX      256                 /* path components of an entry */
 #define PATH_BYTES_MAX (256 * 1024 * 1024) /* all entry names of a layer */
 #define READ_BLOCK     (64 * 1024)
+#define STOP_EVERY     (1024 * 1024) /* bytes of work between cancellation checks */
+#define ENTRY_WORK     4096          /* what one entry counts for in them */
 
 /* ---- the set of paths this layer made (whiteouts and hard links) ---- */
 
@@ -112,6 +118,29 @@ static void set_free(struct path_set *set)
         free(set->slots);
 }
 
+/* ---- stopping: cancellation and the deadline ---- */
+
+struct stop_check {
+        const struct unpack_limits *limits;
+        uint64_t work, next; /* bytes of work done, and when to look next */
+};
+
+/* Counts work done; every STOP_EVERY bytes of it (and at the first call)
+ * sees whether the op was cancelled or the deadline passed. */
+static int stop_check(struct stop_check *s, uint64_t work, struct cage_error *err)
+{
+        s->work += work;
+        if (s->work < s->next)
+                return 0;
+        s->next = s->work + STOP_EVERY;
+        if (op_cancelled(s->limits->op))
+                return cage_fail_plain(err, -ECANCELED, "cancelled");
+        if (s->limits->deadline_ms && clock_mono_ms() >= s->limits->deadline_ms)
+                return cage_fail_plain(err, -ETIMEDOUT,
+                                       "past the pull's deadline (pull_timeout_s)");
+        return 0;
+}
+
 /* ---- resolving beneath the root ---- */
 
 struct layer {
@@ -120,6 +149,7 @@ struct layer {
         const struct unpack_limits *limits;
         uint64_t bytes, entries;
         struct path_set made;
+        struct stop_check stop;
         struct cage_error *err;
 };
 
@@ -286,6 +316,8 @@ static int write_data(struct layer *l, int fd, const char *name, int64_t size)
         while ((r = archive_read_data_block(l->a, &buf, &len, &off)) == ARCHIVE_OK) {
                 if (off < 0 || (int64_t)len > size || off > size - (int64_t)len)
                         return fail_entry(l, -EBADMSG, name, "data beyond the entry's size");
+                if ((r = stop_check(&l->stop, len, l->err)) < 0)
+                        return r;
                 for (size_t done = 0; done < len;) {
                         ssize_t n =
                                 pwrite(fd, (const char *)buf + done, len - done, off + (off_t)done);
@@ -301,23 +333,40 @@ static int write_data(struct layer *l, int fd, const char *name, int64_t size)
                                        : 0;
 }
 
+/* Counts size bytes of files against the layer's and the image's bounds. */
+static int count_bytes(struct layer *l, uint64_t size, const char *name)
+{
+        const struct unpack_limits *lim = l->limits;
+        l->bytes += size;
+        if (!image_guard_on(GUARD_BOUNDS))
+                return 0;
+        if (l->bytes > lim->max_bytes)
+                return cage_fail_plain(l->err, -EFBIG,
+                                       "layer: more than %llu bytes of files "
+                                       "(at \"%.200s\")",
+                                       (unsigned long long)lim->max_bytes, name);
+        if (lim->max_image_bytes && lim->image_bytes + l->bytes > lim->max_image_bytes)
+                return cage_fail_plain(l->err, -EFBIG,
+                                       "image: more than %llu bytes of files in all its layers "
+                                       "(max_image_mib; at \"%.200s\")",
+                                       (unsigned long long)lim->max_image_bytes, name);
+        return 0;
+}
+
 static int make_file(struct layer *l, struct archive_entry *e, int parent_fd, const char *base,
                      const char *name)
 {
         int64_t size = archive_entry_size(e);
         if (size < 0)
                 return fail_entry(l, -EBADMSG, name, "negative size");
-        l->bytes += (uint64_t)size;
-        if (l->bytes > l->limits->max_bytes && image_guard_on(GUARD_BOUNDS))
-                return cage_fail_plain(l->err, -EFBIG,
-                                       "layer: more than %llu bytes of files "
-                                       "(at \"%.200s\")",
-                                       (unsigned long long)l->limits->max_bytes, name);
+        int r = count_bytes(l, (uint64_t)size, name);
+        if (r < 0)
+                return r;
         _cleanup_close_ int fd =
                 openat(parent_fd, base, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (fd < 0)
                 return cage_fail(l->err, -errno, "layer entry \"%.200s\"", name);
-        int r = write_data(l, fd, name, size);
+        r = write_data(l, fd, name, size);
         if (r < 0)
                 return r;
         return fchmod(fd, entry_mode(e)) < 0 ? -errno : 0;
@@ -464,8 +513,8 @@ static int count_entry(struct layer *l)
 static int unpack_entry(struct layer *l, struct archive_entry *e)
 {
         char path[IMAGE_PATH_MAX + 1], name[IMAGE_PATH_MAX + 1];
-        int r = count_entry(l);
-        if (r < 0 ||
+        int r = stop_check(&l->stop, ENTRY_WORK, l->err);
+        if (r < 0 || (r = count_entry(l)) < 0 ||
             (r = unpack_clean_path(archive_entry_pathname(e), path, sizeof(path), l->err)) < 0)
                 return r;
         if (!path[0])
@@ -569,7 +618,8 @@ int unpack_layer(int root_fd, int blob_fd, const struct unpack_limits *limits, u
 static int unpack_layer_utf8(int root_fd, int blob_fd, const struct unpack_limits *limits,
                              uint64_t *ret_bytes, struct cage_error *err)
 {
-        struct layer l = {.root_fd = root_fd, .limits = limits, .err = err};
+        struct layer l = {
+                .root_fd = root_fd, .limits = limits, .stop = {.limits = limits}, .err = err};
         cage_error_clear(err);
         l.a = open_archive(blob_fd, false, err);
         if (!l.a)
@@ -588,27 +638,38 @@ static int unpack_layer_utf8(int root_fd, int blob_fd, const struct unpack_limit
         return r < 0 ? r : 0;
 }
 
-static int layer_diff_id_utf8(int blob_fd, uint64_t max_bytes, char ret[CAGE_IMAGE_DIGEST_LEN + 1],
-                              struct cage_error *err);
+static int layer_diff_id_utf8(int blob_fd, const struct unpack_limits *limits,
+                              char ret[CAGE_IMAGE_DIGEST_LEN + 1], struct cage_error *err);
 
-int layer_diff_id(int blob_fd, uint64_t max_bytes, char ret[CAGE_IMAGE_DIGEST_LEN + 1],
-                  struct cage_error *err)
+int layer_diff_id_within(int blob_fd, const struct unpack_limits *limits,
+                         char ret[CAGE_IMAGE_DIGEST_LEN + 1], struct cage_error *err)
 {
         locale_t old = images_utf8_enter();
-        int r = layer_diff_id_utf8(blob_fd, max_bytes, ret, err);
+        int r = layer_diff_id_utf8(blob_fd, limits, ret, err);
         images_utf8_leave(old);
         return r;
 }
 
-static int layer_diff_id_utf8(int blob_fd, uint64_t max_bytes, char ret[CAGE_IMAGE_DIGEST_LEN + 1],
-                              struct cage_error *err)
+int layer_diff_id(int blob_fd, uint64_t max_bytes, char ret[CAGE_IMAGE_DIGEST_LEN + 1],
+                  struct cage_error *err)
 {
+        const struct unpack_limits limits = {.max_bytes = max_bytes};
+        return layer_diff_id_within(blob_fd, &limits, ret, err);
+}
+
+static int layer_diff_id_utf8(int blob_fd, const struct unpack_limits *limits,
+                              char ret[CAGE_IMAGE_DIGEST_LEN + 1], struct cage_error *err)
+{
+        struct stop_check stop = {.limits = limits};
+        int r = stop_check(&stop, 0, err);
+        if (r < 0)
+                return r;
         struct archive *a = open_archive(blob_fd, true, err);
         struct archive_entry *e;
         if (!a)
                 return err && err->code ? err->code : -ENOMEM;
         EVP_MD_CTX *md = EVP_MD_CTX_new();
-        int r = md && EVP_DigestInit_ex(md, EVP_sha256(), NULL) ? 0 : -ENOMEM;
+        r = md && EVP_DigestInit_ex(md, EVP_sha256(), NULL) ? 0 : -ENOMEM;
         uint64_t total = 0;
         if (r == 0 && archive_read_next_header(a, &e) != ARCHIVE_OK)
                 r = cage_fail_plain(err, -EBADMSG, "layer: %s", archive_error_string(a));
@@ -616,10 +677,10 @@ static int layer_diff_id_utf8(int blob_fd, uint64_t max_bytes, char ret[CAGE_IMA
         la_ssize_t n = 0;
         while (r == 0 && (n = archive_read_data(a, buf, sizeof(buf))) > 0) {
                 total += (uint64_t)n;
-                if (total > max_bytes)
+                if (total > limits->max_bytes)
                         r = cage_fail_plain(err, -EFBIG, "layer: more than %llu bytes",
-                                            (unsigned long long)max_bytes);
-                else
+                                            (unsigned long long)limits->max_bytes);
+                else if ((r = stop_check(&stop, (uint64_t)n, err)) == 0)
                         EVP_DigestUpdate(md, buf, (size_t)n);
         }
         if (r == 0 && n < 0)

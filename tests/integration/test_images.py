@@ -297,6 +297,23 @@ def test_concurrent_pulls_of_one_image_happen_once(images, registry, tmp_path):
     assert not [n for n in os.listdir(images.store / "tmp") if not n.endswith(".lock")]
 
 
+def test_a_pull_past_the_image_bound_is_refused_and_leaves_nothing(images, registry, tmp_path):
+    """Small compressed layers that unpack to more than max_image_mib together
+    (each within max_layer_mib): the pull fails naming the bound, and no
+    root, meta, reference or blob of it stays."""
+    zeros = [il.tar_bytes([il.f(f"zeros{i}", b"\0" * 900_000)]) for i in range(3)]
+    push_busybox(registry, tmp_path, "lib/bomb:1", zeros)
+    images.write_config({"plain_http": [registry.host], "max_layer_mib": 1, "max_image_mib": 2})
+    images.ok("ls")
+    before = images.snapshot()
+    p = images.run("pull", f"{registry.host}/lib/bomb:1")
+    assert p.returncode == 125
+    assert "layer 3" in p.stderr and "bytes of files in all its layers" in p.stderr
+    assert images.snapshot() == before
+    assert os.listdir(images.store / "roots") == []
+    assert images.json("ls") == []
+
+
 def test_manifest_list_picks_the_configured_platform(images, registry, tmp_path):
     layout = tmp_path / "multi"
     il.oci_layout_multi(layout, {

@@ -297,6 +297,25 @@ def test_too_many_entries(target, tmp_path):
         assert len(os.listdir(target.rootfs("evil:1") / "many")) == 1500
 
 
+@pair("image-bounds")
+def test_layers_that_together_pass_the_image_bound(target, tmp_path):
+    """Three layers, each within max_layer_mib, that unpack to more than
+    max_image_mib together: a few MiB here, terabytes of disk from one
+    pull with the default per-layer bound alone."""
+    base_image(target, tmp_path)
+    target.write_config({"max_layer_mib": 1, "max_image_mib": 2})
+    before = target.snapshot()
+    layers = [il.tar_bytes([il.f(f"part{i}", b"\0" * 900_000)]) for i in range(3)]
+    proc = import_layers(target, tmp_path, layers)
+    if target.protected:
+        expect_refused(target, proc, before)
+        assert "more than 2097152 bytes of files in all its layers" in proc.stderr
+        assert sorted(os.listdir(target.store / "roots")) == [target.rootfs("base:1").name]
+    else:
+        assert proc.returncode == 0, proc.stderr
+        assert (target.rootfs("evil:1") / "part2").stat().st_size == 900_000
+
+
 @pair("image-digest")
 def test_docker_layer_that_does_not_match_its_diff_id(target, tmp_path):
     good = il.busybox_layer()

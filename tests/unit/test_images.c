@@ -1,12 +1,15 @@
 /* Unit tests for src/images/: reference parsing and normalisation, allow
  * patterns, the images config section, manifests and image configs, and
  * the unpacking rules on layers built here with libarchive (paths,
- * symlinks, hard links, devices, setuid bits, whiteouts, bounds). The
+ * symlinks, hard links, devices, setuid bits, whiteouts, bounds,
+ * cancellation and the deadline). The
  * unpacking cases run against a fresh directory under /tmp each. */
 #include <archive.h>
 #include <archive_entry.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -153,10 +156,11 @@ TEST(config_defaults_and_values)
         CHECK(c.pull_policy == CAGE_PULL_MISSING && c.n_allow == 0);
         CHECK_STREQ(c.platform_os, "linux");
         CHECK(c.max_layer_entries == 500000 && c.max_store_bytes == 0);
+        CHECK(c.max_image_bytes == 32768ULL << 20);
         CHECK(cage_images_config_allows(&c, "docker.io/x/y:z"));
         cage_images_config_done(&c);
         CHECK(parse_config("{\"allow\":[\"docker.io/library/*\"],\"platform\":\"linux/arm/v7\","
-                           "\"pull_policy\":\"never\",\"max_store_mib\":10,"
+                           "\"pull_policy\":\"never\",\"max_store_mib\":10,\"max_image_mib\":3,"
                            "\"plain_http\":[\"127.0.0.1:5000\"],"
                            "\"mirrors\":{\"docker.io\":[\"m1:5000\",\"m2\"]},"
                            "\"credentials\":{\"ghcr.io\":{\"username\":\"u\",\"password\":\"p\"}}}",
@@ -164,6 +168,7 @@ TEST(config_defaults_and_values)
         CHECK_STREQ(c.platform_arch, "arm");
         CHECK_STREQ(c.platform_variant, "v7");
         CHECK(c.pull_policy == CAGE_PULL_NEVER && c.max_store_bytes == 10 << 20);
+        CHECK(c.max_image_bytes == 3 << 20);
         CHECK(c.n_mirrors == 1 && c.mirrors[0].n_mirrors == 2);
         CHECK(c.n_credentials == 1);
         CHECK_STREQ(c.credentials[0].password, "p");
@@ -181,6 +186,7 @@ TEST(config_refusals_name_the_key)
                 {"{\"platform\":\"linux/amd64/v1/x\"}", "images.platform"},
                 {"{\"pull_policy\":\"always\"}", "images.pull_policy"},
                 {"{\"max_layer_entries\":0}", "images.max_layer_entries"},
+                {"{\"max_image_mib\":0}", "images.max_image_mib"},
                 {"{\"plain_http\":[\"a b\"]}", "images.plain_http"},
                 {"{\"credentials\":{\"r\":{\"username\":\"u\"}}}", "images.credentials"},
                 {"{\"credentials\":{\"r\":{\"username\":\"u\",\"password\":\"SECRET\","
@@ -476,8 +482,102 @@ TEST(unpack_refuses_garbage)
         drop_root(root);
 }
 
+TEST(unpack_image_bounds_all_layers)
+{
+        int root = fresh_root();
+        struct cage_error err = {};
+        static char half[500001];
+        memset(half, 'a', sizeof(half) - 1);
+        struct unpack_limits image = limits;
+        image.max_image_bytes = 1 << 20;
+        image.image_bytes = 600000; /* what the layers beneath hold */
+        int fd = make_layer((const struct ent[]){{"big", 0, 0, half, -1}}, 1);
+        CHECK(unpack_layer(root, fd, &image, NULL, &err) == -EFBIG);
+        CHECK(strstr(err.message, "in all its layers") != NULL);
+        image.image_bytes = 0;
+        lseek(fd, 0, SEEK_SET);
+        CHECK(unpack_layer(root, fd, &image, NULL, &err) == 0);
+        close(fd);
+        drop_root(root);
+}
+
+TEST(unpack_and_hashing_stop_on_cancel_and_deadline)
+{
+        int root = fresh_root();
+        struct cage_error err = {};
+        char diff_id[CAGE_IMAGE_DIGEST_LEN + 1];
+        volatile int cancelled = 1;
+        struct cage_image_op op = {.cancel_fd = -1, .cancelled = &cancelled};
+        struct unpack_limits stopped = limits;
+        int fd = make_layer((const struct ent[]){{"f", 0, 0, "x", -1}}, 1);
+        stopped.op = &op;
+        CHECK(unpack_layer(root, fd, &stopped, NULL, &err) == -ECANCELED);
+        lseek(fd, 0, SEEK_SET);
+        CHECK(layer_diff_id_within(fd, &stopped, diff_id, &err) == -ECANCELED);
+        stopped.op = NULL;
+        stopped.deadline_ms = 1; /* long past */
+        lseek(fd, 0, SEEK_SET);
+        CHECK(unpack_layer(root, fd, &stopped, NULL, &err) == -ETIMEDOUT);
+        CHECK(strstr(err.message, "pull_timeout_s") != NULL);
+        lseek(fd, 0, SEEK_SET);
+        CHECK(layer_diff_id_within(fd, &stopped, diff_id, &err) == -ETIMEDOUT);
+        CHECK(!exists_at(root, "f"));
+        close(fd);
+        drop_root(root);
+}
+
+/* Feeds a layer through a pipe, cancelling once half of it has gone in. */
+struct half_feed {
+        int layer_fd, pipe_fd;
+        volatile int cancelled;
+};
+
+static void *feed_then_cancel(void *arg)
+{
+        struct half_feed *h = arg;
+        off_t size = lseek(h->layer_fd, 0, SEEK_END), sent = 0;
+        char buf[65536];
+        ssize_t n = 1;
+        while (n > 0 && (n = pread(h->layer_fd, buf, sizeof(buf), sent)) > 0) {
+                if (sent >= size / 2)
+                        h->cancelled = 1;
+                n = write(h->pipe_fd, buf, (size_t)n);
+                sent += n > 0 ? n : 0;
+        }
+        close(h->pipe_fd);
+        return NULL;
+}
+
+TEST(unpack_stops_inside_a_large_file)
+{
+        int root = fresh_root();
+        int pipe_fds[2];
+        struct cage_error err = {};
+        static char data[4 << 20 | 1];
+        memset(data, 'a', sizeof(data) - 1);
+        struct half_feed h = {.layer_fd =
+                                      make_layer((const struct ent[]){{"f", 0, 0, data, -1}}, 1)};
+        struct cage_image_op op = {.cancel_fd = -1, .cancelled = &h.cancelled};
+        struct unpack_limits big = limits;
+        big.max_bytes = sizeof(data);
+        big.op = &op;
+        signal(SIGPIPE, SIG_IGN);
+        CHECK(pipe(pipe_fds) == 0);
+        h.pipe_fd = pipe_fds[1];
+        pthread_t feeder;
+        CHECK(pthread_create(&feeder, NULL, feed_then_cancel, &h) == 0);
+        /* the cancellation comes with 2 MiB of the file still to read */
+        CHECK(unpack_layer(root, pipe_fds[0], &big, NULL, &err) == -ECANCELED);
+        close(pipe_fds[0]);
+        pthread_join(feeder, NULL);
+        close(h.layer_fd);
+        drop_root(root);
+}
+
 RUN_TESTS(T(ref_normalisation), T(ref_parts), T(ref_refusals), T(ref_patterns), T(digests),
           T(config_defaults_and_values), T(config_refusals_name_the_key), T(manifest_and_index),
           T(manifest_refusals), T(image_config), T(unpack_files_dirs_links),
           T(unpack_refuses_escapes), T(unpack_drops_devices_and_setuid), T(unpack_whiteouts),
-          T(unpack_replaces_by_type), T(unpack_bounds), T(unpack_refuses_garbage))
+          T(unpack_replaces_by_type), T(unpack_bounds), T(unpack_refuses_garbage),
+          T(unpack_image_bounds_all_layers), T(unpack_and_hashing_stop_on_cancel_and_deadline),
+          T(unpack_stops_inside_a_large_file))
