@@ -15,7 +15,8 @@
  *    no file capability lands (image-setuid); files belong to the store's
  *    owner, not to the uids the archive names;
  *  - whiteouts `.wh.NAME` remove NAME from lower layers, `.wh..wh..opq`
- *    empties its directory of lower layers' entries; a whiteout naming ".",
+ *    empties its directory, however deep, of lower layers' entries (this
+ *    layer's, before or after it, stay); a whiteout naming ".",
  *    ".." or nothing, and a directory named like a whiteout, are refused
  *    (image-whiteout); AUFS's bookkeeping directories at the top
  *    (.wh..wh.plnk, .wh..wh.orph) are skipped, as Docker skips them;
@@ -148,7 +149,8 @@ struct layer {
         struct archive *a;
         const struct unpack_limits *limits;
         uint64_t bytes, entries;
-        struct path_set made;
+        struct path_set made;    /* entries of this layer */
+        struct path_set parents; /* directories on the way to them */
         struct stop_check stop;
         struct cage_error *err;
 };
@@ -192,7 +194,7 @@ static int open_dir_p(int root_fd, const char *rel)
 
 /* ---- removing ---- */
 
-static int remove_children(int dir_fd, const struct path_set *keep, const char *prefix);
+static int remove_children(int dir_fd);
 
 int remove_tree_at(int dfd, const char *name)
 {
@@ -203,15 +205,19 @@ int remove_tree_at(int dfd, const char *name)
         int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0)
                 return -errno;
-        int r = remove_children(fd, NULL, NULL);
+        int r = remove_children(fd);
         if (r < 0)
                 return r;
         return unlinkat(dfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT ? -errno : 0;
 }
 
-/* Removes the entries of dir_fd (takes it over), except those whose path
- * prefix/NAME is in keep. */
-static int remove_children(int dir_fd, const struct path_set *keep, const char *prefix)
+static bool is_dot(const char *name)
+{
+        return strcmp(name, ".") == 0 || strcmp(name, "..") == 0;
+}
+
+/* Removes the entries of dir_fd (takes it over). */
+static int remove_children(int dir_fd)
 {
         _cleanup_closedir_ DIR *d = fdopendir(dir_fd);
         if (!d) {
@@ -219,21 +225,65 @@ static int remove_children(int dir_fd, const struct path_set *keep, const char *
                 return -errno;
         }
         struct dirent *de;
-        char path[IMAGE_PATH_MAX + NAME_MAX + 2];
-        while ((de = readdir(d))) {
-                if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-                        continue;
-                if (keep) {
-                        snprintf(path, sizeof(path), "%s%s%s", prefix, prefix[0] ? "/" : "",
-                                 de->d_name);
-                        if (set_has(keep, path))
-                                continue;
+        while ((de = readdir(d)))
+                if (!is_dot(de->d_name)) {
+                        int r = remove_tree_at(dirfd(d), de->d_name);
+                        if (r < 0)
+                                return r;
                 }
-                int r = remove_tree_at(dirfd(d), de->d_name);
-                if (r < 0)
-                        return r;
-        }
         return 0;
+}
+
+/* An opaque directory's walk: path is where it is, beneath the root. */
+struct opaque_walk {
+        const struct path_set *made, *parents;
+        char path[IMAGE_PATH_MAX + 1];
+};
+
+static int empty_of_lower(struct opaque_walk *w, int dir_fd);
+
+/* What an opaque walk does with the entry name of dir_fd at w->path: a
+ * directory this layer made or went through is kept and walked into, any
+ * other entry this layer made is kept, the rest goes. */
+static int empty_entry_of_lower(struct opaque_walk *w, int dir_fd, const char *name)
+{
+        bool made = set_has(w->made, w->path), through = set_has(w->parents, w->path);
+        struct stat st;
+        if (!made && !through)
+                return remove_tree_at(dir_fd, name);
+        if (fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+                return -errno;
+        if (!S_ISDIR(st.st_mode))
+                return 0;
+        int fd = openat(dir_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        return fd < 0 ? -errno : empty_of_lower(w, fd);
+}
+
+/* Removes, beneath dir_fd (taken over, at w->path), everything lower
+ * layers made: every entry but this layer's and the directories on the way
+ * to them, however deep. */
+static int empty_of_lower(struct opaque_walk *w, int dir_fd)
+{
+        _cleanup_closedir_ DIR *d = fdopendir(dir_fd);
+        if (!d) {
+                close(dir_fd);
+                return -errno;
+        }
+        size_t len = strlen(w->path);
+        struct dirent *de;
+        int r = 0;
+        while (r >= 0 && (de = readdir(d))) {
+                if (is_dot(de->d_name))
+                        continue;
+                if (len + 1 + strlen(de->d_name) >= sizeof(w->path)) {
+                        r = remove_tree_at(dirfd(d), de->d_name); /* no entry's path */
+                        continue;
+                }
+                snprintf(w->path + len, sizeof(w->path) - len, "%s%s", len ? "/" : "", de->d_name);
+                r = empty_entry_of_lower(w, dirfd(d), de->d_name);
+                w->path[len] = '\0';
+        }
+        return r;
 }
 
 /* ---- entry names ---- */
@@ -456,10 +506,12 @@ static int apply_whiteout(struct layer *l, int parent_fd, const char *parent, co
                           const char *name)
 {
         if (strcmp(base, OPAQUE_MARKER) == 0) {
+                struct opaque_walk w = {.made = &l->made, .parents = &l->parents};
+                snprintf(w.path, sizeof(w.path), "%s", parent);
                 int dfd = openat(parent_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
                 if (dfd < 0)
                         return cage_fail(l->err, -errno, "layer entry \"%.200s\"", name);
-                int r = remove_children(dfd, &l->made, parent);
+                int r = empty_of_lower(&w, dfd);
                 return r < 0 ? cage_fail(l->err, r, "layer entry \"%.200s\"", name) : 0;
         }
         const char *victim = base + 4;
@@ -497,6 +549,23 @@ static bool whiteout_in_parent(const char *parent)
         return false;
 }
 
+/* Notes the directories on the way to path, which this layer made or
+ * went through (an opaque marker keeps them); stops at one already noted,
+ * as its own parents are. */
+static int add_parents(struct layer *l, const char *path)
+{
+        char dir[IMAGE_PATH_MAX + 1];
+        snprintf(dir, sizeof(dir), "%s", path);
+        for (char *slash = strrchr(dir, '/'); slash; slash = strrchr(dir, '/')) {
+                *slash = '\0';
+                if (set_has(&l->parents, dir))
+                        return 0;
+                if (set_add(&l->parents, dir) < 0)
+                        return -ENOMEM;
+        }
+        return 0;
+}
+
 static int count_entry(struct layer *l)
 {
         if (!image_guard_on(GUARD_BOUNDS))
@@ -504,7 +573,7 @@ static int count_entry(struct layer *l)
         if (++l->entries > l->limits->max_entries)
                 return cage_fail_plain(l->err, -E2BIG, "layer: more than %llu entries",
                                        (unsigned long long)l->limits->max_entries);
-        if (l->made.bytes > PATH_BYTES_MAX)
+        if (l->made.bytes + l->parents.bytes > PATH_BYTES_MAX)
                 return cage_fail_plain(l->err, -E2BIG, "layer: more than %d bytes of names",
                                        PATH_BYTES_MAX);
         return 0;
@@ -539,7 +608,9 @@ static int unpack_entry(struct layer *l, struct archive_entry *e)
                                           : cage_fail(l->err, r, "layer entry \"%.200s\"", name);
         if (archive_entry_filetype(e) != AE_IFLNK)
                 set_times(parent_fd, base, e);
-        return set_add(&l->made, name) < 0 ? cage_fail(l->err, -ENOMEM, "layer") : 0;
+        if (set_add(&l->made, name) < 0 || add_parents(l, name) < 0)
+                return cage_fail(l->err, -ENOMEM, "layer");
+        return 0;
 }
 
 /* Whether libarchive decodes with support itself (ARCHIVE_WARN: through an
@@ -633,6 +704,7 @@ static int unpack_layer_utf8(int root_fd, int blob_fd, const struct unpack_limit
                                     archive_error_string(l.a));
         archive_read_free(l.a);
         set_free(&l.made);
+        set_free(&l.parents);
         if (r >= 0 && ret_bytes)
                 *ret_bytes = l.bytes;
         return r < 0 ? r : 0;

@@ -83,6 +83,38 @@ def test_import_docker_save_with_whiteouts(images, tmp_path):
     assert "docker.io/library/busybox:multi" in table and image_id[:19] in table
 
 
+def import_two_layers(images, tmp_path, lower, upper):
+    il.docker_save(tmp_path / "opq.tar", [il.tar_bytes(lower), il.tar_bytes(upper)],
+                   tags=["opq:1"])
+    images.ok("import", str(tmp_path / "opq.tar"))
+    return images.rootfs("opq:1")
+
+
+def tree(root):
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def test_opaque_marker_after_entries_keeps_them_beneath_implicit_directories(images, tmp_path):
+    """The marker comes after d/sub/new, whose d/sub/ the layer does not
+    list: d/sub/new stays, lower layers' entries of d go."""
+    root = import_two_layers(
+        images, tmp_path,
+        [il.d("d"), il.d("d/sub"), il.f("d/sub/old", b"old"), il.f("d/other", b"o")],
+        [il.f("d/sub/new", b"new"), il.f("d/.wh..wh..opq")])
+    assert tree(root / "d") == ["sub", "sub/new"]
+    assert (root / "d/sub/new").read_bytes() == b"new"
+
+
+def test_opaque_marker_after_entries_removes_lower_entries_beneath_them(images, tmp_path):
+    """The marker comes after d/, d/keep/ and d/keep/new2: the lower
+    layer's d/keep/lower2, which the image's author removed, goes too."""
+    root = import_two_layers(
+        images, tmp_path,
+        [il.d("d"), il.d("d/keep"), il.f("d/keep/lower2", b"l"), il.f("d/x", b"x")],
+        [il.d("d"), il.d("d/keep"), il.f("d/keep/new2", b"n"), il.f("d/.wh..wh..opq")])
+    assert tree(root / "d") == ["keep", "keep/new2"]
+
+
 @pytest.mark.parametrize("as_tar", [False, True], ids=["directory", "tar"])
 def test_import_oci_layout(images, tmp_path, as_tar):
     layers = two_layers()
