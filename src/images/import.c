@@ -29,7 +29,8 @@
 
 #define MEMBERS_MAX     10000 /* regular files in an archive */
 #define MEMBER_NAME_MAX 1024
-#define IMAGES_MAX      64 /* images in one archive */
+#define IMAGES_MAX      64  /* images in one archive */
+#define REPO_TAGS_MAX   256 /* names of one image in an archive */
 #define READ_BLOCK      (128 * 1024)
 
 struct source {
@@ -174,24 +175,36 @@ struct import {
         json_t *out;
 };
 
-static int commit_named(struct import *im, const char *manifest, const char *name,
+/* Commits manifest under names (n of them, NULL and "" skipped; --tag's
+ * instead when given), all in one update of the store's index. */
+static int commit_named(struct import *im, const char *manifest, const char *const *names, size_t n,
                         struct cage_error *err)
 {
-        struct cage_image_ref ref;
-        const char *refs[2] = {NULL, NULL};
-        const char *want = im->tag ? im->tag : name;
-        if (want && want[0]) {
-                int r = cage_image_ref_parse(want, &ref, err);
+        if (im->tag) {
+                names = &im->tag;
+                n = 1;
+        }
+        _cleanup_free_ struct cage_image_ref *parsed = calloc(n + 1, sizeof(*parsed));
+        _cleanup_free_ const char **refs = calloc(n + 1, sizeof(*refs));
+        size_t k = 0;
+        if (!parsed || !refs)
+                return cage_fail(err, -ENOMEM, "import");
+        for (size_t i = 0; i < n; i++) {
+                if (!names[i] || !names[i][0])
+                        continue;
+                int r = cage_image_ref_parse(names[i], &parsed[k], err);
                 if (r < 0)
                         return r;
-                refs[0] = ref.full;
+                refs[k] = parsed[k].full;
+                k++;
         }
         char id[CAGE_IMAGE_DIGEST_LEN + 1];
         int r = store_commit(im->src.store, manifest, refs, im->src.op, id, err);
         if (r < 0)
                 return r;
-        json_array_append_new(im->out, json_pack("{s:s,s:s?,s:s}", "id", id, "ref", refs[0],
-                                                 "manifest_digest", manifest));
+        for (size_t i = 0; i < (k ? k : 1); i++)
+                json_array_append_new(im->out, json_pack("{s:s,s:s?,s:s}", "id", id, "ref", refs[i],
+                                                         "manifest_digest", manifest));
         return 0;
 }
 
@@ -229,7 +242,7 @@ static int oci_manifest(struct import *im, const struct descriptor *d, const cha
         for (size_t i = 0; r >= 0 && i < m.n_entries; i++)
                 r = blob_member(&im->src, &m.entries[i], err);
         manifest_done(&m);
-        return r < 0 ? r : commit_named(im, d->digest, name, err);
+        return r < 0 ? r : commit_named(im, d->digest, &name, name ? 1 : 0, err);
 }
 
 static int import_oci(struct import *im, struct cage_error *err)
@@ -330,6 +343,21 @@ static int docker_layers(struct import *im, json_t *names, const struct image_co
         return 0;
 }
 
+/* Commits a docker image under its RepoTags, at most REPO_TAGS_MAX. */
+static int commit_tags(struct import *im, const char *manifest, json_t *tags,
+                       struct cage_error *err)
+{
+        size_t n = json_array_size(tags);
+        if (n > REPO_TAGS_MAX && !im->tag)
+                return cage_fail_plain(err, -E2BIG,
+                                       "archive: an image has %zu RepoTags, more than %d", n,
+                                       REPO_TAGS_MAX);
+        const char *names[REPO_TAGS_MAX];
+        for (size_t i = 0; i < n && i < REPO_TAGS_MAX; i++)
+                names[i] = json_string_value(json_array_get(tags, i));
+        return commit_named(im, manifest, names, n < REPO_TAGS_MAX ? n : REPO_TAGS_MAX, err);
+}
+
 static int docker_image(struct import *im, json_t *entry, struct cage_error *err)
 {
         const char *config_name = json_string_value(json_object_get(entry, "Config"));
@@ -350,11 +378,7 @@ static int docker_image(struct import *im, json_t *entry, struct cage_error *err
         if (r >= 0)
                 r = docker_manifest(im, config, digests, manifest, err);
         json_decref(digests);
-        json_t *tags = json_object_get(entry, "RepoTags");
-        size_t n = json_array_size(tags);
-        for (size_t i = 0; r >= 0 && i < (im->tag || n == 0 ? 1 : n); i++)
-                r = commit_named(im, manifest, json_string_value(json_array_get(tags, i)), err);
-        return r;
+        return r < 0 ? r : commit_tags(im, manifest, json_object_get(entry, "RepoTags"), err);
 }
 
 static int import_docker(struct import *im, struct cage_error *err)

@@ -31,6 +31,7 @@
 #include "util/cleanup.h"
 #include "util/clock.h"
 #include "util/error.h"
+#include "util/fdutil.h"
 
 #define INDEX_MAX (64 * 1024 * 1024)
 #define META_MAX  (16 * 1024 * 1024)
@@ -68,6 +69,8 @@ static int lock_file(struct cage_image_store *s, const char *rel, int op, struct
         return TAKE_FD(fd);
 }
 
+/* Reads the whole of rel (at most max bytes) in one buffer and parses it:
+ * jansson's json_loadfd() would make one read() per byte. */
 static int load_json_at(int dfd, const char *rel, size_t max, json_t **ret, struct cage_error *err)
 {
         _cleanup_close_ int fd = openat(dfd, rel, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
@@ -76,26 +79,37 @@ static int load_json_at(int dfd, const char *rel, size_t max, json_t **ret, stru
                 return -errno;
         if (fstat(fd, &st) < 0 || (size_t)st.st_size > max)
                 return cage_fail_plain(err, -EFBIG, "image store %s: too large", rel);
+        _cleanup_free_ char *buf = malloc((size_t)st.st_size + 1);
+        if (!buf)
+                return cage_fail(err, -ENOMEM, "image store %s", rel);
+        ssize_t n = read_full(fd, buf, (size_t)st.st_size);
+        if (n != st.st_size)
+                return cage_fail(err, n < 0 ? (int)n : -EIO, "reading image store %s", rel);
         json_error_t jerr;
-        *ret = json_loadfd(fd, JSON_REJECT_DUPLICATES, &jerr);
+        *ret = json_loadb(buf, (size_t)n, JSON_REJECT_DUPLICATES, &jerr);
         return *ret ? 0 : cage_fail_plain(err, -EBADMSG, "image store %s: %s", rel, jerr.text);
 }
 
-/* Writes json to rel through a temporary file and a rename. */
+/* Writes json to rel through a temporary file and a rename, in one write
+ * (json_dumpfd() would make one per token). */
 static int save_json_at(struct cage_image_store *s, const char *rel, json_t *json,
                         struct cage_error *err)
 {
         char tmp[128];
         static unsigned counter;
+        _cleanup_free_ char *text = json_dumps(json, JSON_COMPACT);
+        if (!text)
+                return cage_fail(err, -ENOMEM, "image store %s", rel);
         snprintf(tmp, sizeof(tmp), "tmp/json-%d-%u", getpid(),
                  __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED));
         _cleanup_close_ int fd =
                 openat(s->dir_fd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
         if (fd < 0)
                 return cage_fail(err, -errno, "image store %s", rel);
-        if (json_dumpfd(json, fd, JSON_COMPACT) < 0 || fsync(fd) < 0 ||
-            renameat(s->dir_fd, tmp, s->dir_fd, rel) < 0) {
-                int r = -errno ? -errno : -EIO;
+        int r = write_all(fd, text, strlen(text));
+        if (r == 0 && (fsync(fd) < 0 || renameat(s->dir_fd, tmp, s->dir_fd, rel) < 0))
+                r = -errno;
+        if (r < 0) {
                 unlinkat(s->dir_fd, tmp, 0);
                 return cage_fail(err, r, "image store %s", rel);
         }
