@@ -217,8 +217,12 @@ static int blob_member(struct source *src, const struct descriptor *d, struct ca
         return member_blob(src, name, d->digest, (int64_t)d->size, got, err);
 }
 
+/* The manifest (or, from index.json, an index) d names, committed under
+ * name. As for a pull (registry.c), an index may hold manifests only: an
+ * index inside an index inside index.json is refused, so a chain of them
+ * cannot run the importer's stack out. */
 static int oci_manifest(struct import *im, const struct descriptor *d, const char *name,
-                        struct cage_error *err)
+                        bool index_allowed, struct cage_error *err)
 {
         const struct cage_images_config *cfg = store_config(im->src.store);
         _cleanup_free_ char *buf = NULL;
@@ -230,13 +234,16 @@ static int oci_manifest(struct import *im, const struct descriptor *d, const cha
                 return r;
         if (m.is_index) {
                 struct descriptor pick;
-                r = manifest_select(&m, cfg->platform_os, cfg->platform_arch, cfg->platform_variant,
-                                    &pick, err);
+                r = index_allowed ? manifest_select(&m, cfg->platform_os, cfg->platform_arch,
+                                                    cfg->platform_variant, &pick, err)
+                                  : cage_fail_plain(err, -EBADMSG,
+                                                    "image layout: %s is an index inside an index",
+                                                    d->digest);
                 manifest_done(&m);
                 if (r < 0)
                         return r;
                 pick.media_type[0] = '\0';
-                return oci_manifest(im, &pick, name, err);
+                return oci_manifest(im, &pick, name, false, err);
         }
         r = blob_member(&im->src, &m.config, err);
         for (size_t i = 0; r >= 0 && i < m.n_entries; i++)
@@ -266,7 +273,7 @@ static int import_oci(struct import *im, struct cage_error *err)
         for (size_t i = 0; r >= 0 && i < idx.n_entries; i++) {
                 const char *name = idx.entries[i].ref_name;
                 /* A bare tag ("latest") names no repository: only --tag names it. */
-                r = oci_manifest(im, &idx.entries[i], strchr(name, '/') ? name : NULL, err);
+                r = oci_manifest(im, &idx.entries[i], strchr(name, '/') ? name : NULL, true, err);
         }
         manifest_done(&idx);
         return r;

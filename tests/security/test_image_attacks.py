@@ -8,6 +8,8 @@ and the store are left exactly as they were -- and by the unsafe debug
 build with that protection switched off (CODECAGE_DEBUG_DISABLE naming it,
 see src/images/images_private.h), where the harm must happen, so each test
 shows that its protection is what stops it."""
+import gzip
+import json
 import os
 import stat
 import subprocess
@@ -420,3 +422,45 @@ def test_a_layer_is_never_handed_to_an_external_decompressor(tmp_path, magic):
     proc = images.run("import", str(archive))
     assert proc.returncode != 0, proc.stdout
     assert not mark.exists(), mark.read_text()
+
+
+def nested_index_layout(path, depth):
+    """An OCI layout (a .tgz) whose index.json names an index that names an
+    index ... depth deep, the last naming a real image's manifest."""
+    layer = il.tar_bytes([il.f("hello", b"hi\n")])
+    blobs, manifest = il.oci_blobs([layer])
+    media = "application/vnd.oci.image.index.v1+json"
+    desc = {"mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "digest": il.sha(manifest), "size": len(manifest),
+            "platform": {"os": "linux", "architecture": "amd64"}}
+    for _ in range(depth):
+        index = json.dumps({"schemaVersion": 2, "mediaType": media,
+                            "manifests": [desc]}).encode()
+        blobs[il.sha(index)] = index
+        desc = {"mediaType": media, "digest": il.sha(index), "size": len(index),
+                "platform": {"os": "linux", "architecture": "amd64"}}
+    desc["annotations"] = {"org.opencontainers.image.ref.name": "docker.io/library/nest:1"}
+    files = {"oci-layout": json.dumps({"imageLayoutVersion": "1.0.0"}).encode(),
+             "index.json": json.dumps({"schemaVersion": 2, "manifests": [desc]}).encode()}
+    files.update({"blobs/sha256/" + d[7:]: data for d, data in blobs.items()})
+    path.write_bytes(gzip.compress(il.tar_bytes([il.f(n, data) for n, data in files.items()])))
+
+
+def test_nested_indexes_are_refused(tmp_path):
+    """5,000 indexes each inside the next (a 0.5 MB .tgz) crashed the
+    importer, which followed them recursively without a bound. As for a
+    pull, index.json may name an index, whose entries must be manifests:
+    the chain is refused cleanly (no crash signal) and the store is left as
+    it was; one level of index still imports."""
+    images = il.Images(BUILD, tmp_path, images={"platform": "linux/amd64"})
+    images.ok("ls")
+    before = images.snapshot()
+    nested_index_layout(tmp_path / "nest.tgz", 5000)
+    proc = images.run("import", str(tmp_path / "nest.tgz"))
+    assert proc.returncode > 0, (proc.returncode, proc.stderr[-500:])
+    assert "an index inside an index" in proc.stderr
+    assert images.snapshot() == before
+    nested_index_layout(tmp_path / "one.tgz", 1)
+    images.ok("import", str(tmp_path / "one.tgz"))
+    assert images.json("inspect", "nest:1")["config"]
+
