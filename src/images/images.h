@@ -100,6 +100,7 @@ struct cage_images_config {
         uint64_t max_image_bytes;   /* per image: unpacked size of all its layers */
         uint64_t max_layer_entries; /* per layer */
         uint32_t max_layers;        /* per image */
+        uint32_t max_refs;          /* references in the store's index */
         uint32_t pull_timeout_s;    /* of one whole pull */
         /* Set by the server config (not parsed): the network policy that
          * registry requests follow. NULL: no registry is ever reached. */

@@ -21,6 +21,9 @@
 #define SECRET_FILE_MAX   (64 * 1024)
 #define DOCKER_CONFIG_MAX (4 * 1024 * 1024)
 #define MIB               (1024ULL * 1024ULL)
+/* References in the index: ~450 bytes each at most, so the index stays
+ * well within the 64 MiB the store reads (store.c). */
+#define REFS_MAX 100000
 
 #if defined(__x86_64__)
 #define HOST_ARCH "amd64"
@@ -283,6 +286,11 @@ static int parse_numbers(struct cage_images_config *c, const json_t *section,
                         return r;
                 c->max_layers = (uint32_t)v;
         }
+        if ((j = json_object_get(section, "max_refs"))) {
+                if ((r = parse_number(j, "max_refs", 1, REFS_MAX, &v, err)) < 0)
+                        return r;
+                c->max_refs = (uint32_t)v;
+        }
         if ((j = json_object_get(section, "pull_timeout_s"))) {
                 if ((r = parse_number(j, "pull_timeout_s", 1, 86400, &v, err)) < 0)
                         return r;
@@ -299,6 +307,7 @@ static void set_defaults(struct cage_images_config *c)
                 .max_image_bytes = 32768 * MIB,
                 .max_layer_entries = 500000,
                 .max_layers = 128,
+                .max_refs = REFS_MAX,
                 .pull_timeout_s = 1800,
         };
         snprintf(c->platform_os, sizeof(c->platform_os), "linux");
@@ -311,7 +320,7 @@ static int check_keys(const json_t *section, struct cage_error *err)
                                            "mirrors",       "plain_http",        "platform",
                                            "pull_policy",   "max_store_mib",     "max_layer_mib",
                                            "max_image_mib", "max_layer_entries", "max_layers",
-                                           "pull_timeout_s"};
+                                           "max_refs",      "pull_timeout_s"};
         const char *k;
         json_t *v;
         json_object_foreach((json_t *)section, k, v)

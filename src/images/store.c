@@ -34,7 +34,10 @@
 #include "util/fdutil.h"
 
 #define INDEX_MAX (64 * 1024 * 1024)
-#define META_MAX  (16 * 1024 * 1024)
+/* rm and prune read a larger index, so a store whose index outgrew
+ * INDEX_MAX (before references were capped) can be repaired. */
+#define INDEX_REPAIR_MAX (4 * INDEX_MAX)
+#define META_MAX         (16 * 1024 * 1024)
 
 struct cage_image_store {
         int dir_fd;
@@ -116,13 +119,15 @@ static int save_json_at(struct cage_image_store *s, const char *rel, json_t *jso
         return 0;
 }
 
-static int read_index(struct cage_image_store *s, json_t **ret, struct cage_error *err)
+/* The index, read whole if at most max bytes (INDEX_MAX, or
+ * INDEX_REPAIR_MAX to shrink it). */
+static int read_index(struct cage_image_store *s, size_t max, json_t **ret, struct cage_error *err)
 {
         struct cage_error local = {};
         json_t *idx = NULL;
         if (!err)
                 err = &local;
-        int r = load_json_at(s->dir_fd, "index.json", INDEX_MAX, &idx, err);
+        int r = load_json_at(s->dir_fd, "index.json", max, &idx, err);
         if (r == -ENOENT) {
                 *ret = json_pack("{s:{}}", "refs");
                 return 0;
@@ -341,7 +346,7 @@ static int get_locked(struct cage_image_store *s, const char *ref, struct cage_i
 {
         char key[CAGE_IMAGE_REF_MAX], id[CAGE_IMAGE_DIGEST_LEN + 1];
         json_t *idx = NULL, *meta = NULL;
-        int r = read_index(s, &idx, err);
+        int r = read_index(s, INDEX_MAX, &idx, err);
         if (r < 0)
                 return r;
         r = lookup(json_object_get(idx, "refs"), ref, key, sizeof(key), id, err);
@@ -532,6 +537,22 @@ static int build_image(struct cage_image_store *s, struct commit *c, const struc
         return r;
 }
 
+/* Whether adding refs to the index's refs keeps it within max_refs. */
+static int check_ref_cap(struct cage_image_store *s, json_t *all, const char *const *refs,
+                         struct cage_error *err)
+{
+        size_t total = json_object_size(all);
+        for (size_t i = 0; refs[i]; i++)
+                if (!json_object_get(all, refs[i]))
+                        total++;
+        if (total <= s->cfg->max_refs)
+                return 0;
+        return cage_fail_plain(err, -ENOSPC,
+                               "image store: %zu references, more than images.max_refs (%u); "
+                               "remove some with `codecage image rm`",
+                               total, s->cfg->max_refs);
+}
+
 static int point_refs(struct cage_image_store *s, const char *const *refs, const char *id,
                       const char *manifest_digest, struct cage_error *err)
 {
@@ -539,14 +560,32 @@ static int point_refs(struct cage_image_store *s, const char *const *refs, const
                 return 0;
         _cleanup_close_ int lock = lock_file(s, "lock", LOCK_EX, err);
         json_t *idx = NULL;
-        int r = lock < 0 ? lock : read_index(s, &idx, err);
+        int r = lock < 0 ? lock : read_index(s, INDEX_MAX, &idx, err);
         if (r < 0)
                 return r;
-        for (size_t i = 0; refs[i]; i++)
+        json_t *all = json_object_get(idx, "refs");
+        r = check_ref_cap(s, all, refs, err);
+        for (size_t i = 0; r >= 0 && refs[i]; i++)
                 json_object_set_new(
-                        json_object_get(idx, "refs"), refs[i],
+                        all, refs[i],
                         json_pack("{s:s,s:s}", "id", id, "manifest_digest", manifest_digest));
-        r = save_json_at(s, "index.json", idx, err);
+        if (r >= 0)
+                r = save_json_at(s, "index.json", idx, err);
+        json_decref(idx);
+        return r;
+}
+
+/* Whether refs would fit in the index now; checked before an image is
+ * built so a refused commit leaves nothing (point_refs checks again). */
+static int refs_fit(struct cage_image_store *s, const char *const *refs, struct cage_error *err)
+{
+        if (!refs || !refs[0])
+                return 0;
+        _cleanup_close_ int lock = lock_file(s, "lock", LOCK_SH, err);
+        json_t *idx = NULL;
+        int r = lock < 0 ? lock : read_index(s, INDEX_MAX, &idx, err);
+        if (r >= 0)
+                r = check_ref_cap(s, json_object_get(idx, "refs"), refs, err);
         json_decref(idx);
         return r;
 }
@@ -565,6 +604,8 @@ int store_commit_until(struct cage_image_store *s, const char *manifest_digest,
 {
         struct commit c = {.manifest_digest = manifest_digest, .deadline_ms = deadline_ms};
         int r = load_image(s, &c, err);
+        if (r >= 0)
+                r = refs_fit(s, refs, err);
         if (r >= 0) {
                 char meta_rel[128];
                 struct stat st;
@@ -686,7 +727,7 @@ int cage_image_list(struct cage_image_store *s, json_t **ret, struct cage_error 
 {
         _cleanup_close_ int lock = lock_file(s, "lock", LOCK_SH, err);
         json_t *idx = NULL;
-        int r = lock < 0 ? lock : read_index(s, &idx, err);
+        int r = lock < 0 ? lock : read_index(s, INDEX_MAX, &idx, err);
         if (r < 0)
                 return r;
         struct list_ctx l = {.s = s, .refs = json_object_get(idx, "refs"), .out = json_array()};
@@ -702,12 +743,12 @@ int cage_image_list(struct cage_image_store *s, json_t **ret, struct cage_error 
 
 /* With the store's lock held: the index, the key ref has in it (or "" for
  * an id), the image's id and its meta. On failure nothing is returned. */
-static int find_image(struct cage_image_store *s, const char *ref, json_t **ret_idx,
-                      char key[CAGE_IMAGE_REF_MAX], char id[CAGE_IMAGE_DIGEST_LEN + 1],
-                      json_t **ret_meta, struct cage_error *err)
+static int find_image(struct cage_image_store *s, const char *ref, size_t index_max,
+                      json_t **ret_idx, char key[CAGE_IMAGE_REF_MAX],
+                      char id[CAGE_IMAGE_DIGEST_LEN + 1], json_t **ret_meta, struct cage_error *err)
 {
         json_t *idx = NULL;
-        int r = read_index(s, &idx, err);
+        int r = read_index(s, index_max, &idx, err);
         if (r >= 0)
                 r = lookup(json_object_get(idx, "refs"), ref, key, CAGE_IMAGE_REF_MAX, id, err);
         if (r >= 0)
@@ -726,7 +767,7 @@ int cage_image_inspect(struct cage_image_store *s, const char *ref, json_t **ret
         _cleanup_close_ int lock = lock_file(s, "lock", LOCK_SH, err);
         char key[CAGE_IMAGE_REF_MAX] = "", id[CAGE_IMAGE_DIGEST_LEN + 1];
         json_t *idx = NULL, *meta = NULL;
-        int r = lock < 0 ? lock : find_image(s, ref, &idx, key, id, &meta, err);
+        int r = lock < 0 ? lock : find_image(s, ref, INDEX_MAX, &idx, key, id, &meta, err);
         if (r < 0)
                 return r;
         json_t *refs = json_object_get(idx, "refs");
@@ -803,7 +844,7 @@ int cage_image_remove(struct cage_image_store *s, const char *ref,
         _cleanup_close_ int lock = lock_file(s, "lock", LOCK_EX, err);
         char key[CAGE_IMAGE_REF_MAX] = "", id[CAGE_IMAGE_DIGEST_LEN + 1];
         json_t *idx = NULL, *meta = NULL;
-        int r = lock < 0 ? lock : find_image(s, ref, &idx, key, id, &meta, err);
+        int r = lock < 0 ? lock : find_image(s, ref, INDEX_REPAIR_MAX, &idx, key, id, &meta, err);
         if (r < 0)
                 return r;
         json_decref(meta);
@@ -1007,7 +1048,7 @@ int cage_image_prune(struct cage_image_store *s, json_t **ret_report, struct cag
         json_t *idx = NULL, *removed = json_array();
         int r = cage_image_store_size(s, &before, err);
         if (r >= 0)
-                r = read_index(s, &idx, err);
+                r = read_index(s, INDEX_REPAIR_MAX, &idx, err);
         if (r >= 0) {
                 sweep_leftovers(s);
                 r = prune_locked(s, idx, removed, &after, err);

@@ -464,3 +464,65 @@ def test_nested_indexes_are_refused(tmp_path):
     images.ok("import", str(tmp_path / "one.tgz"))
     assert images.json("inspect", "nest:1")["config"]
 
+
+def tagged_archive(path, tags, data=b"hi\n"):
+    layer = il.tar_bytes([il.f("hello", data)])
+    il.docker_save(path, [layer], tags=tags)
+
+
+def test_an_archive_with_too_many_repo_tags_is_refused(tmp_path):
+    """Each reference is a key of index.json, which the store reads whole:
+    one archive names an image at most 256 times. 300 RepoTags are refused
+    before anything is stored; the store still works."""
+    images = il.Images(BUILD, tmp_path)
+    images.ok("ls")
+    before = images.snapshot()
+    tagged_archive(tmp_path / "tags.tar", [f"t:{i}" for i in range(300)])
+    proc = images.run("import", str(tmp_path / "tags.tar"))
+    assert proc.returncode > 0 and "300 RepoTags, more than 256" in proc.stderr
+    assert images.snapshot() == before
+    tagged_archive(tmp_path / "ok.tar", [f"t:{i}" for i in range(256)])
+    images.ok("import", str(tmp_path / "ok.tar"))
+    assert len(images.json("ls")) == 256
+
+
+def test_references_are_capped_in_total(tmp_path):
+    """A registry answering every tag with one small image grew index.json
+    without bound until no command could read it. images.max_refs caps the
+    references: a commit that would pass it is refused, before the image is
+    built, and the store is as it was; re-pointing a known reference and
+    naming after an rm still work."""
+    images = il.Images(BUILD, tmp_path, images={"max_refs": 3})
+    tagged_archive(tmp_path / "a.tar", ["a:1", "a:2"])
+    images.ok("import", str(tmp_path / "a.tar"))
+    before = images.snapshot()
+    tagged_archive(tmp_path / "b.tar", ["b:1", "b:2"], b"other\n")
+    proc = images.run("import", str(tmp_path / "b.tar"))
+    assert proc.returncode > 0 and "images.max_refs (3)" in proc.stderr, proc.stderr
+    assert images.snapshot() == before
+    images.ok("import", str(tmp_path / "a.tar"))  # the same names again: none new
+    images.ok("rm", "a:1")
+    tagged_archive(tmp_path / "c.tar", ["c:1", "c:2"], b"third\n")
+    images.ok("import", str(tmp_path / "c.tar"))
+    assert sorted(e["ref"] for e in images.json("ls")) == [
+        "docker.io/library/a:2", "docker.io/library/c:1", "docker.io/library/c:2"]
+
+
+def test_an_index_over_its_read_bound_can_be_repaired(tmp_path):
+    """A store whose index.json outgrew the 64 MiB every reader accepts
+    (made before references were capped) is not stuck: `rm` reads up to
+    four times more, so removing the image by id drops its references and
+    the store works again."""
+    images = il.Images(BUILD, tmp_path)
+    tagged_archive(tmp_path / "a.tar", ["a:1"])
+    images.ok("import", str(tmp_path / "a.tar"))
+    image = images.json("inspect", "a:1")
+    entry = {"id": image["id"], "manifest_digest": image["manifest_digest"]}
+    refs = {f"docker.io/library/{'x' * 200}:{i}": entry for i in range(190_000)}
+    index = json.dumps({"refs": refs}, separators=(",", ":"))
+    assert len(index) > 64 * 1024 * 1024
+    (images.store / "index.json").write_text(index)
+    proc = images.run("ls")
+    assert proc.returncode > 0 and "index.json: too large" in proc.stderr
+    images.ok("rm", image["id"])
+    assert images.json("ls") == []

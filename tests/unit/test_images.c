@@ -157,10 +157,12 @@ TEST(config_defaults_and_values)
         CHECK_STREQ(c.platform_os, "linux");
         CHECK(c.max_layer_entries == 500000 && c.max_store_bytes == 0);
         CHECK(c.max_image_bytes == 32768ULL << 20);
+        CHECK(c.max_refs == 100000);
         CHECK(cage_images_config_allows(&c, "docker.io/x/y:z"));
         cage_images_config_done(&c);
         CHECK(parse_config("{\"allow\":[\"docker.io/library/*\"],\"platform\":\"linux/arm/v7\","
                            "\"pull_policy\":\"never\",\"max_store_mib\":10,\"max_image_mib\":3,"
+                           "\"max_refs\":5,"
                            "\"plain_http\":[\"127.0.0.1:5000\"],"
                            "\"mirrors\":{\"docker.io\":[\"m1:5000\",\"m2\"]},"
                            "\"credentials\":{\"ghcr.io\":{\"username\":\"u\",\"password\":\"p\"}}}",
@@ -169,7 +171,7 @@ TEST(config_defaults_and_values)
         CHECK_STREQ(c.platform_variant, "v7");
         CHECK(c.pull_policy == CAGE_PULL_NEVER && c.max_store_bytes == 10 << 20);
         CHECK(c.max_image_bytes == 3 << 20);
-        CHECK(c.n_mirrors == 1 && c.mirrors[0].n_mirrors == 2);
+        CHECK(c.n_mirrors == 1 && c.mirrors[0].n_mirrors == 2 && c.max_refs == 5);
         CHECK(c.n_credentials == 1);
         CHECK_STREQ(c.credentials[0].password, "p");
         CHECK(cage_images_config_allows(&c, "docker.io/library/python:3"));
@@ -187,6 +189,7 @@ TEST(config_refusals_name_the_key)
                 {"{\"pull_policy\":\"always\"}", "images.pull_policy"},
                 {"{\"max_layer_entries\":0}", "images.max_layer_entries"},
                 {"{\"max_image_mib\":0}", "images.max_image_mib"},
+                {"{\"max_refs\":100001}", "images.max_refs"},
                 {"{\"plain_http\":[\"a b\"]}", "images.plain_http"},
                 {"{\"credentials\":{\"r\":{\"username\":\"u\"}}}", "images.credentials"},
                 {"{\"credentials\":{\"r\":{\"username\":\"u\",\"password\":\"SECRET\","
